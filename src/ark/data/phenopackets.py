@@ -1,0 +1,243 @@
+"""Phenopacket queries: GA4GH phenopackets (JSON Lines) rendered as retrieval queries (DESIGN §5).
+
+Each case becomes one query whose text is rendered deterministically from the HPO terms of the case
+that are graph nodes, labelled with the graph's own names (notes/biokg-sources.md §4):
+
+    "A female patient presents with <present labels>. Not observed: <first 10 excluded labels>.
+     Which disease best explains these findings?"
+
+Gold is the diagnosed disease node (``target="disease"``) or the gene/protein nodes named by the causal
+gene symbols (``target="gene"``). Cases that cannot be used are counted by reason, never dropped
+silently. Splits are PMID-disjoint: each PMID is hashed into train/val/test.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ark.data.queries import SPLITS, split_of
+from ark.graph.graph import Graph
+
+MAX_EXCLUDED = 10
+QUESTIONS = {
+    "disease": "Which disease best explains these findings?",
+    "gene": "Which gene is most likely causal for these findings?",
+}
+SKIP_REASONS = (
+    "duplicate_id",
+    "no_disease",
+    "disease_not_in_graph",
+    "no_gene",
+    "gene_not_in_graph",
+    "no_present_terms",
+    "no_present_terms_in_graph",
+    "over_cap",
+)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
+    """Yield the phenopackets of a JSON Lines file (plain or gzipped), given a local path or an http(s) URL.
+
+    A line that is not a JSON object raises ValueError naming the file and line number.
+    """
+    source = str(path_or_url)
+    if source.startswith(("http://", "https://")):
+        tmp_dir = tempfile.mkdtemp(prefix="phenopackets-")
+        try:
+            local = Path(tmp_dir) / "download"
+            with urllib.request.urlopen(source) as response, local.open("wb") as out:
+                shutil.copyfileobj(response, out)
+            yield from _read_jsonl(local, source)
+        finally:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    else:
+        yield from _read_jsonl(Path(source), source)
+
+
+def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
+    with path.open("rb") as f:
+        is_gzip = f.read(2) == _GZIP_MAGIC
+    opener = gzip.open if is_gzip else open
+    line_no = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    packet = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(
+                        f"{name}, line {line_no}: not valid JSON ({e.msg} at column {e.colno}); truncated or malformed line?"
+                    ) from None
+                if not isinstance(packet, dict):
+                    raise ValueError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
+                yield packet
+    except (EOFError, gzip.BadGzipFile) as e:
+        raise ValueError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
+
+
+# ---------------------------------------------------------------- fields of one phenopacket
+
+
+def disease_ids(packet: dict) -> list[str]:
+    """Diagnosed disease ids: ``interpretations[].diagnosis.disease.id``, else non-excluded ``diseases[].term.id``."""
+    ids = [
+        ((interp.get("diagnosis") or {}).get("disease") or {}).get("id")
+        for interp in packet.get("interpretations") or []
+    ]
+    ids = [i for i in ids if i]
+    if not ids:
+        ids = [(d.get("term") or {}).get("id") for d in packet.get("diseases") or [] if not d.get("excluded")]
+        ids = [i for i in ids if i]
+    return list(dict.fromkeys(ids))
+
+
+def gene_symbols(packet: dict) -> list[str]:
+    """Causal gene symbols from the genomic interpretations (geneContext of a variant, or a gene descriptor)."""
+    symbols = []
+    for interp in packet.get("interpretations") or []:
+        for gi in (interp.get("diagnosis") or {}).get("genomicInterpretations") or []:
+            descriptor = (gi.get("variantInterpretation") or {}).get("variationDescriptor") or {}
+            symbol = (descriptor.get("geneContext") or {}).get("symbol") or (gi.get("gene") or {}).get("symbol")
+            if symbol:
+                symbols.append(symbol)
+    return list(dict.fromkeys(symbols))
+
+
+def phenotype_ids(packet: dict) -> tuple[list[str], list[str]]:
+    """(present, excluded) HPO term ids in file order, each listed once."""
+    present, excluded = [], []
+    for feature in packet.get("phenotypicFeatures") or []:
+        term_id = (feature.get("type") or {}).get("id")
+        if term_id:
+            (excluded if feature.get("excluded") else present).append(term_id)
+    return list(dict.fromkeys(present)), list(dict.fromkeys(excluded))
+
+
+def pmid_of(packet: dict) -> str:
+    """The first ``PMID:`` external reference, else the case id."""
+    for ref in (packet.get("metaData") or {}).get("externalReferences") or []:
+        ref_id = str(ref.get("id") or "")
+        if ref_id.startswith("PMID:"):
+            return ref_id
+    return str(packet.get("id", ""))
+
+
+def sex_of(packet: dict) -> str | None:
+    sex = (packet.get("subject") or {}).get("sex")
+    return {"FEMALE": "female", "MALE": "male"}.get(sex)
+
+
+# ---------------------------------------------------------------- queries
+
+
+def render_query(present: list[str], excluded: list[str], sex: str | None, target: str = "disease") -> str:
+    """The query text from present and excluded term labels (already restricted to graph nodes)."""
+    who = f"A {sex} patient" if sex else "A patient"
+    text = f"{who} presents with {', '.join(present)}."
+    if excluded:
+        text += f" Not observed: {', '.join(excluded[:MAX_EXCLUDED])}."
+    return f"{text} {QUESTIONS[target]}"
+
+
+def make_phenopacket_queries(
+    graph: Graph,
+    packets: Iterable[dict],
+    target: str = "disease",
+    cap_per_disease: int | None = 5,
+    split_fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """Turn phenopackets into queries over ``graph``.
+
+    Returns ``({"train"|"val"|"test": [query, ...]}, counts)``; a query is
+    ``{"id", "query", "answer_ids", "meta": {"pmid", "disease", "genes"}}``. ``counts`` has ``read``,
+    ``kept`` and one entry per skip reason (``SKIP_REASONS``); ``read == kept + sum of the reasons``.
+    The cap keeps, per disease, the first ``cap_per_disease`` usable cases in case-id order (None: no cap).
+    """
+    if target not in QUESTIONS:
+        raise ValueError(f"target must be one of {', '.join(QUESTIONS)}, got {target!r}")
+    node_of_key = {k: i for i, k in enumerate(graph.key.tolist())}
+    genes_by_symbol = _genes_by_symbol(graph) if target == "gene" else {}
+    counts = Counter({"read": 0, "kept": 0, **{r: 0 for r in SKIP_REASONS}})
+
+    usable = {}  # case id -> query
+    for packet in packets:
+        counts["read"] += 1
+        case_id = str(packet.get("id", ""))
+        query, reason = _make_query(packet, graph, node_of_key, genes_by_symbol, target)
+        if reason is None and case_id in usable:
+            reason = "duplicate_id"
+        if reason:
+            counts[reason] += 1
+        else:
+            usable[case_id] = query
+
+    splits = {s: [] for s in SPLITS}
+    per_disease = defaultdict(int)
+    for case_id in sorted(usable):
+        query = usable[case_id]
+        disease = query["meta"]["disease"]
+        if cap_per_disease is not None and per_disease[disease] >= cap_per_disease:
+            counts["over_cap"] += 1
+            continue
+        per_disease[disease] += 1
+        splits[split_of(query["meta"]["pmid"], split_fractions)].append(query)
+        counts["kept"] += 1
+    return splits, dict(counts)
+
+
+def _make_query(packet, graph, node_of_key, genes_by_symbol, target) -> tuple[dict | None, str | None]:
+    """One query, or (None, skip reason)."""
+    diseases = disease_ids(packet)
+    symbols = gene_symbols(packet)
+    if target == "disease":
+        if not diseases:
+            return None, "no_disease"
+        answer_ids = sorted({node_of_key[d] for d in diseases if d in node_of_key})
+        if not answer_ids:
+            return None, "disease_not_in_graph"
+    else:
+        if not symbols:
+            return None, "no_gene"
+        answer_ids = sorted({v for s in symbols for v in genes_by_symbol.get(s, ())})
+        if not answer_ids:
+            return None, "gene_not_in_graph"
+
+    present, excluded = phenotype_ids(packet)
+    if not present:
+        return None, "no_present_terms"
+    present_labels = [str(graph.name[node_of_key[t]]) for t in present if t in node_of_key]
+    if not present_labels:
+        return None, "no_present_terms_in_graph"
+    excluded_labels = [str(graph.name[node_of_key[t]]) for t in excluded if t in node_of_key]
+
+    query = {
+        "id": str(packet.get("id", "")),
+        "query": render_query(present_labels, excluded_labels, sex_of(packet), target),
+        "answer_ids": answer_ids,
+        "meta": {"pmid": pmid_of(packet), "disease": diseases[0] if diseases else None, "genes": symbols},
+    }
+    return query, None
+
+
+def _genes_by_symbol(graph: Graph) -> dict[str, list[int]]:
+    """Gene symbol (node name) -> gene/protein node ids."""
+    if "gene/protein" not in graph.node_type_names:
+        raise ValueError(f"graph has no 'gene/protein' nodes (types: {', '.join(graph.node_type_names)})")
+    gene_type = graph.node_type_names.index("gene/protein")
+    by_symbol = defaultdict(list)
+    for v in (graph.node_type == gene_type).nonzero()[0].tolist():
+        by_symbol[str(graph.name[v])].append(v)
+    return dict(by_symbol)

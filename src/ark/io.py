@@ -1,0 +1,96 @@
+"""Small file helpers shared by the stages: atomic writes, JSON Lines, hashes, provenance."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("ark", "numpy", "scipy", "pandas", "pyarrow", "bm25s", "hydra-core", "omegaconf", "dvc",
+            "litellm", "wandb", "torch", "transformers", "peft", "trl", "accelerate")
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_json(path: str | Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def write_jsonl(path: str | Path, rows) -> int:
+    """Write rows as JSON Lines atomically (temp file + rename); returns the row count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    return rows
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def hash_paths(paths) -> dict[str, str]:
+    """sha256 of each file; a directory hashes its files in sorted order into one digest."""
+    out = {}
+    for p in map(Path, paths):
+        if p.is_dir():
+            h = hashlib.sha256()
+            for f in sorted(q for q in p.rglob("*") if q.is_file()):
+                h.update(str(f.relative_to(p)).encode())
+                h.update(sha256_file(f).encode())
+            out[str(p)] = h.hexdigest()
+        elif p.exists():
+            out[str(p)] = sha256_file(p)
+    return out
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def provenance(cfg, data_paths) -> dict:
+    """What a results file carries: resolved config, package versions, data hashes."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.to_container(cfg, resolve=True) if cfg is not None else {}
+    config.pop("hydra", None)
+    return {"config": config, "versions": package_versions(), "data": hash_paths(data_paths)}
