@@ -7,7 +7,7 @@ import torch
 
 from ark.data.queries import load_queries, write_query_splits
 from ark.data.stark import load_stark_human_eval, load_stark_splits, stark_qa_dir
-from ark.graph.stark import candidate_ids, ensure_stark_files, load_stark_skb, merge_undirected
+from ark.graph.stark import ensure_stark_files, load_stark_skb, merge_undirected
 
 # ---------------------------------------------------------------- QA (real files)
 SPLIT_SIZES = {
@@ -173,7 +173,7 @@ def test_prime_skb(tmp_path):
     assert g.meta["undirected_merge"] == "input already undirected" and g.meta["stark_num_arcs"] == 6
     assert edge_set(g) == {(0, 1, "associated with"), (1, 2, "transporter"), (2, 3, "synergistic interaction")}
     assert neighbor_set(g, 1) == {(0, "associated with"), (2, "transporter")}
-    assert candidate_ids(g).tolist() == [0, 1, 2, 3]
+    assert g.candidate_ids().tolist() == [0, 1, 2, 3]
     assert list(g.key) == ["0", "1", "2", "3"] and g.name[1] == "ABCB1"
     assert g.doc[0] == "- name: asthma\n- type: disease\n- source: MONDO\n- details:\n  - mondo_definition: a lung disease\n"
     assert g.doc[1] == (
@@ -205,7 +205,7 @@ def test_mag_skb(tmp_path):
     }
     assert neighbor_set(g, 3) == {(0, "author___writes___paper"), (2, "paper___has_topic___field_of_study"),
                                   (4, "paper___cites___paper")}
-    assert candidate_ids(g).tolist() == [3, 4]
+    assert g.candidate_ids().tolist() == [3, 4]
     assert list(g.name) == ["Ada Lovelace", "Stanford University", "graph theory", "Graphs I", "Graphs II"]
     assert g.doc[0] == "- author name: Ada Lovelace\n- author paper count: 12\n"
     assert g.doc[1] == " - institution: Stanford University\n- institution citation count: 90\n"
@@ -238,7 +238,7 @@ def test_amazon_skb(tmp_path):
     assert edge_set(g) == {(0, 1, "also_buy"), (0, 2, "has_brand"), (0, 3, "has_category"),
                            (0, 4, "has_color"), (1, 3, "has_category")}
     assert neighbor_set(g, 1) == {(0, "also_buy"), (3, "has_category")}
-    assert candidate_ids(g).tolist() == [0, 1]
+    assert g.candidate_ids().tolist() == [0, 1]
     assert list(g.name) == ["Trail Tent", "Camp Stove", "Acme", "Camping", "green"]
     assert g.doc[0] == (
         "- product: Trail Tent\n- brand: Acme\n- dimensions: 80 x 60 x 40 inches\n- weight: 4 pounds\n"
@@ -264,7 +264,7 @@ def test_graph_round_trip(tmp_path):
     g = load_stark_skb("mag", tmp_path)
     g.save(tmp_path / "saved")
     h = Graph.load(tmp_path / "saved")
-    assert h.meta["candidate_types"] == ["paper"] and candidate_ids(h).tolist() == [3, 4]
+    assert h.meta["candidate_types"] == ["paper"] and h.candidate_ids().tolist() == [3, 4]
     assert list(h.doc) == list(g.doc) and np.array_equal(h.nbr, g.nbr)
 
 

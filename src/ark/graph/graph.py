@@ -125,6 +125,13 @@ class Graph:
     def relation_ids(self, names) -> np.ndarray:
         return _lookup(names, self.relation_names, "edge type")
 
+    def candidate_ids(self) -> np.ndarray:
+        """Sorted ids of the nodes a ranking is scored over (types in ``meta['candidate_types']``; None = all)."""
+        types = self.meta.get("candidate_types")
+        if types is None:
+            return np.arange(self.num_nodes, dtype=np.int64)
+        return np.flatnonzero(np.isin(self.node_type, self.type_ids(types))).astype(np.int64)
+
     def counts_by_type(self) -> dict[str, int]:
         counts = np.bincount(self.node_type, minlength=len(self.node_type_names))
         return {t: int(c) for t, c in zip(self.node_type_names, counts)}

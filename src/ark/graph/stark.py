@@ -418,14 +418,6 @@ def _names_from_dict(type_dict: dict, count: int, what: str) -> list[str]:
     return names
 
 
-def candidate_ids(graph: Graph) -> np.ndarray:
-    """Sorted ids of the nodes STaRK ranks (types in ``graph.meta['candidate_types']``)."""
-    types = graph.meta.get("candidate_types")
-    if types is None:
-        return np.arange(graph.num_nodes, dtype=np.int64)
-    return np.flatnonzero(np.isin(graph.node_type, graph.type_ids(types))).astype(np.int64)
-
-
 def load_stark_skb(
     name: str, root: str | Path, online: bool = False, relations: bool = False, dimensions: bool = True
 ) -> Graph:

@@ -1,0 +1,43 @@
+"""Stage build_index: node documents -> a persisted relevance index in ``dataset.index_dir``."""
+import os
+import shutil
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ark.graph import load_graph
+from ark.index import build_relevance
+from ark.io import write_json
+from ark.tracking import stage_run
+
+GROUPS = ("paths", "dataset", "retriever", "logger")
+
+
+def run(cfg: DictConfig) -> dict:
+    graph = load_graph(cfg.dataset)
+    start = time.perf_counter()
+    index = build_relevance(cfg.retriever.name, graph.doc, OmegaConf.to_container(cfg.retriever.params))
+    seconds = time.perf_counter() - start
+    target = Path(cfg.dataset.index_dir)
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    index.save(tmp)
+    info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "build_seconds": round(seconds, 2)}
+    write_json(tmp / "info.json", info)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return info
+
+
+@hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    with stage_run(cfg, "build_index") as log:
+        info = run(cfg)
+        log.log(info)
+    print(info)
+
+
+if __name__ == "__main__":
+    main()

