@@ -195,7 +195,7 @@ class Toolbox:
             nodes.append(self._node(item["node_index"]))
         added = [v for v in dict.fromkeys(nodes) if v not in state.answer]
         state.answer.extend(added)
-        skipped = len(nodes) - len(added)
+        skipped = len(set(nodes)) - len(added)
         text = f"Added {len(added)} node(s): " + ("; ".join(self._label(v) for v in added) or "none")
         if skipped:
             text += f" ({skipped} already in the answer)"

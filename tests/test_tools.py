@@ -1,0 +1,101 @@
+import json
+
+import numpy as np
+import pytest
+
+from ark.tools.toolbox import AnswerState, ToolConfig, Toolbox
+from tests.helpers import tiny_graph, tiny_index
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return tiny_graph()
+
+
+@pytest.fixture(scope="module")
+def index(graph):
+    return tiny_index(graph)
+
+
+def tools(graph, index, **kw):
+    return Toolbox(graph, index, ToolConfig(**kw))
+
+
+def test_search_in_graph_ranks_by_bm25_and_caps_size(graph, index):
+    tb = tools(graph, index, global_k_max=3)
+    obs = tb.call("search_in_graph", {"query": "connective tissue disease"}, AnswerState())
+    assert obs.error is None and obs.nodes[:2] == [0, 1]
+    ids, scores = index.search("connective tissue disease", 5)
+    assert obs.nodes == ids.tolist()
+    assert f"score {scores[0]:.2f}" in obs.text.splitlines()[1]
+    many = tb.call("search_in_graph", {"query": "finding heart", "size": 25}, AnswerState())
+    assert len(many.nodes) == 3  # capped at global_k_max
+
+
+def test_neighborhood_scores_are_global_bm25_scores(graph, index):
+    tb = tools(graph, index)
+    obs = tb.search_in_neighborhood(5, query="heart valve")
+    scores = index.score("heart valve", np.arange(6, 31))
+    full = np.zeros(graph.num_nodes, np.float32)
+    ids, s = index.search("heart valve", graph.num_nodes)
+    full[ids] = s
+    assert np.allclose(scores, full[6:31])
+    assert obs.nodes[:5] == [6, 11, 16, 21, 26]  # the 'valve' findings first, ties by node id
+    assert "showing 20 of 25" in obs.text
+
+
+def test_neighborhood_excludes_center_and_filters_are_sets(graph, index):
+    tb = tools(graph, index)
+    obs = tb.search_in_neighborhood(0)
+    assert 0 not in obs.nodes and sorted(obs.nodes) == [1, 2, 3, 4]
+    assert "in node-index order" in obs.text
+    assert "<-[associated with]-" in obs.text and "-[phenotype present]->" in obs.text
+    only = tb.search_in_neighborhood(0, node_type=["gene/protein", "disease"])
+    assert only.nodes == [1]
+    by_rel = tb.search_in_neighborhood(0, edge_type="phenotype present", query="lens")
+    assert by_rel.nodes[0] == 4 and sorted(by_rel.nodes) == [2, 3, 4]
+    none = tb.search_in_neighborhood(2, node_type="gene/protein")
+    assert "none" in none.text and none.nodes == []
+
+
+@pytest.mark.parametrize("name,args,message", [
+    ("search_in_neighborhood", {"node_index": 99}, "out of range"),
+    ("search_in_neighborhood", {"node_index": "abc"}, "must be an integer"),
+    ("search_in_neighborhood", {"node_index": 0, "node_type": "drug"}, "unknown node type 'drug'"),
+    ("search_in_neighborhood", {"node_index": 0, "edge_type": ["is_a", "cites"]}, "unknown edge type 'cites'"),
+    ("search_in_neighborhood", {"query": "x"}, "missing required parameter(s) node_index"),
+    ("search_in_graph", {"query": "x", "k": 3}, "unexpected parameter(s) k"),
+    ("search_in_graph", {"query": ""}, "query is empty"),
+    ("search_in_graph", '{"query": "x"', "not valid JSON"),
+    ("add_to_answer", {"answer_nodes": []}, "non-empty list"),
+    ("add_to_answer", {"answer_nodes": [{"node_index": 1000}]}, "out of range"),
+    ("teleport", {}, "unknown tool 'teleport'"),
+])
+def test_invalid_calls_return_error_observations(graph, index, name, args, message):
+    obs = tools(graph, index).call(name, args, AnswerState())
+    assert obs.error is not None and message in obs.error and obs.text.startswith("Error:")
+
+
+def test_answer_list_keeps_order_and_ignores_repeats(graph, index):
+    tb, state = tools(graph, index), AnswerState()
+    tb.call("add_to_answer", json.dumps({"answer_nodes": [{"node_index": 3, "reasoning": "r"}, {"node_index": 1}]}), state)
+    obs = tb.call("add_to_answer", {"answer_nodes": [{"node_index": 1}, {"node_index": 0}, {"node_index": 0}]}, state)
+    assert state.answer == [3, 1, 0] and "1 already in the answer" in obs.text
+    tb.call("finish", {}, state)
+    assert state.finished
+
+
+def test_ablations_change_the_tool_set(graph, index):
+    full = {s["function"]["name"]: s["function"]["parameters"]["properties"] for s in tools(graph, index).schemas()}
+    assert set(full) == {"search_in_graph", "search_in_neighborhood", "add_to_answer", "finish"}
+    assert set(full["search_in_neighborhood"]) == {"node_index", "query", "node_type", "edge_type"}
+    assert full["search_in_neighborhood"]["node_type"]["anyOf"][0]["enum"] == graph.node_type_names
+    no_n = tools(graph, index, neighbors=False)
+    assert "search_in_neighborhood" not in no_n.names()
+    assert no_n.call("search_in_neighborhood", {"node_index": 0}, AnswerState()).error.startswith("unknown tool")
+    no_q = {s["function"]["name"]: s for s in tools(graph, index, query_param=False).schemas()}
+    assert set(no_q["search_in_neighborhood"]["function"]["parameters"]["properties"]) == {"node_index", "node_type", "edge_type"}
+    assert "fixed order" in no_q["search_in_neighborhood"]["function"]["description"]
+    no_f = tools(graph, index, type_filters=False)
+    err = no_f.call("search_in_neighborhood", {"node_index": 0, "node_type": "disease"}, AnswerState()).error
+    assert "unexpected parameter(s) node_type" in err
