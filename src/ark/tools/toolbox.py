@@ -159,7 +159,10 @@ class Toolbox:
         if rel_ids is not None:
             keep &= np.isin(rel, rel_ids)
         nbr, rel, out = nbr[keep], rel[keep], out[keep]
-        ids = np.unique(nbr)  # rows are sorted by neighbor id
+        # rows are sorted by neighbor id: runs of equal ids are one neighbor reached by several relations
+        starts = np.flatnonzero(np.r_[True, nbr[1:] != nbr[:-1]]) if len(nbr) else np.zeros(0, np.int64)
+        ends = np.r_[starts[1:], len(nbr)]
+        ids = nbr[starts]
         total = len(ids)
         header = f"Neighbors of {self._label(center)}"
         filters = [f"{n}={v}" for n, v in (("node_type", node_type), ("edge_type", edge_type)) if v]
@@ -176,8 +179,7 @@ class Toolbox:
             how = "in node-index order"
         lines = [f"{header}: showing {len(order)} of {total}, {how}:"]
         for i in order:
-            v = int(ids[i])
-            lo, hi = np.searchsorted(nbr, v, "left"), np.searchsorted(nbr, v, "right")
+            v, lo, hi = int(ids[i]), starts[i], ends[i]
             links = ", ".join(
                 f"-[{g.relation_names[r]}]->" if d == OUT else f"<-[{g.relation_names[r]}]-"
                 for r, d in zip(rel[lo:hi], out[lo:hi])
@@ -240,10 +242,11 @@ class Toolbox:
 
     def snippet(self, v: int) -> str:
         """The start of the node's document without its name/type lines, on one line."""
-        lines = [l.strip().removeprefix("- ") for l in str(self.graph.doc[v]).splitlines()]
+        n = self.config.snippet_chars
+        head = str(self.graph.doc[v])[: 3 * n + 200]  # enough text for the snippet; documents can be long
+        lines = [l.strip().removeprefix("- ") for l in head.splitlines()]
         text = " ".join(l for l in lines if not l.startswith(("name:", "type:", "source:", "details:")))
         text = re.sub(r"\s+", " ", text).strip()
-        n = self.config.snippet_chars
         return text if len(text) <= n else text[: n - 3].rstrip() + "..."
 
 
