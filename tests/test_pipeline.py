@@ -97,3 +97,14 @@ def test_make_queries_reads_stark_qa(tmp_path, shared_dir):
     result = make_queries.run(cfg)
     assert result["queries"] == {"train": 6162, "val": 2241, "test": 2801}
     assert (Path(cfg.dataset.queries_dir) / "stats.json").exists()
+
+
+def test_wandb_logs_offline_into_the_configured_dir(tmp_path, monkeypatch):
+    from ark.tracking import stage_run
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = compose_cfg([f"paths.logs={tmp_path}", "logger=wandb"])
+    with stage_run(cfg, "test") as run:
+        run.log({"hit@1": 0.5})
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
