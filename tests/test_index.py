@@ -1,0 +1,44 @@
+import numpy as np
+import pytest
+
+from ark.index import load_relevance
+from ark.index.bm25 import BM25Index
+from ark.index.dense import DenseIndex
+from ark.index.topk import top_k
+from ark.tools.toolbox import Toolbox
+from tests.helpers import tiny_graph
+
+DOCS = ["a hereditary disorder of the heart valves", "a gene that encodes a kinase", "inflammation of the liver",
+        "fracture of the thigh bone", "a protein found in the mitochondrion"]
+
+
+def test_top_k_orders_by_score_then_index_and_drops_zeros():
+    ids, scores = top_k(np.array([0.0, 2.0, 1.0, 2.0, 0.0, 1.0], np.float32), 3)
+    assert ids.tolist() == [1, 3, 2] and scores.tolist() == [2.0, 2.0, 1.0]
+    assert top_k(np.zeros(4, np.float32), 3)[0].tolist() == []
+
+
+def test_bm25_round_trip_and_subset_scores(tmp_path):
+    index = BM25Index.build(DOCS)
+    index.save(tmp_path / "bm25")
+    loaded = load_relevance("bm25", tmp_path / "bm25")
+    ids, scores = loaded.search("kinases encoding genes", 5)  # stemming: kinases -> kinas
+    assert ids.tolist() == [1]
+    assert np.allclose(loaded.score("kinases encoding genes", np.array([0, 1, 4])), [0, scores[0], 0])
+    with pytest.raises(FileNotFoundError, match="build_index"):
+        load_relevance("bm25", tmp_path / "missing")
+
+
+def test_dense_minilm_behind_the_same_interface(tmp_path):
+    index = DenseIndex.build(DOCS, bf16=False)
+    assert index.embeddings.shape == (5, 384)
+    ids, scores = index.search("cardiac valve disease", 3)
+    assert ids[0] == 0  # no word in common with 'heart valves' except 'valve': semantics, not overlap
+    assert np.allclose(index.score("cardiac valve disease", np.sort(ids)), scores[np.argsort(ids)], atol=1e-5)
+    index.save(tmp_path / "dense")
+    again = load_relevance("dense", tmp_path / "dense")
+    assert again.search("hepatitis", 1)[0].tolist() == [2]
+    # the tools run unchanged on it
+    g = tiny_graph()
+    obs = Toolbox(g, DenseIndex.build(g.doc, bf16=False)).search_in_neighborhood(0, query="eye lens")
+    assert obs.nodes[0] == 4
