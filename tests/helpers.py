@@ -33,3 +33,15 @@ def tiny_graph() -> Graph:
 
 def tiny_index(graph: Graph) -> BM25Index:
     return BM25Index.build(graph.doc, stemmer=None)
+
+
+BIOKG_MINI = __import__("pathlib").Path(__file__).parent / "fixtures" / "biokg_mini"
+
+
+def biokg_mini_graph() -> Graph:
+    """BioKG built by the real builder from the committed verbatim subset of its sources."""
+    from ark.data.biokg import build_biokg
+
+    files = {n: BIOKG_MINI / n for n in ("hp.obo", "phenotype.hpoa", "genes_to_phenotype.txt", "GO.sqlite",
+                                         "org.Hs.eg.sqlite")}
+    return build_biokg(files, ["disease", "gene/protein"], 100)
