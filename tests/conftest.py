@@ -19,3 +19,28 @@ def shared_dir() -> Path:
     if not SHARED.exists():
         pytest.skip(f"{SHARED} not present")
     return SHARED
+
+
+def compose_cfg(overrides, hydra_config=False):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+@pytest.fixture
+def tiny_project(tmp_path):
+    """Hydra overrides for a project whose biokg dataset is the tiny test graph, with 3 test queries."""
+    from ark.io import write_jsonl
+    from tests.helpers import tiny_graph
+
+    overrides = [f"paths.data={tmp_path}/data", f"paths.results={tmp_path}/results", f"paths.root={tmp_path}",
+                 "logger=none"]
+    cfg = compose_cfg(overrides)
+    tiny_graph().save(cfg.dataset.graph_dir)
+    write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [
+        {"id": "q1", "query": "slender fingers", "answer_ids": [3]},
+        {"id": "q2", "query": "lens of the eye", "answer_ids": [4, 0]},
+        {"id": "q3", "query": "zebra", "answer_ids": [2]},
+    ])
+    return overrides

@@ -7,17 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from ark.io import write_jsonl
-from tests.helpers import tiny_graph
+from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def compose_cfg(overrides, hydra_config=False):
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
 def dvc_stages():
@@ -47,20 +39,6 @@ def test_dvc_pipeline_parses():
     out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--allow-missing", "baseline"], cwd=ROOT,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-
-
-@pytest.fixture
-def tiny_project(tmp_path):
-    """A tiny graph and query set laid out where the config expects the biokg dataset."""
-    overrides = [f"paths.data={tmp_path}/data", f"paths.results={tmp_path}/results", "logger=none"]
-    cfg = compose_cfg(overrides)
-    tiny_graph().save(cfg.dataset.graph_dir)
-    write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [
-        {"id": "q1", "query": "slender fingers", "answer_ids": [3]},
-        {"id": "q2", "query": "lens of the eye", "answer_ids": [4, 0]},
-        {"id": "q3", "query": "zebra", "answer_ids": [2]},
-    ])
-    return overrides
 
 
 def test_build_index_then_baseline(tiny_project):

@@ -1,0 +1,211 @@
+"""The agent: fusion, the loop's handling of bad calls, the LLM client's cache and retries, resumable runs.
+
+The model is a test double: a scripted OpenAI-compatible endpoint on loopback reached through litellm.
+"""
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ark.agent.aggregate import aggregate, ordering, shuffled, voting
+from ark.agent.loop import parse_text_calls, run_agent
+from ark.agent.policies import LLMPolicy, RulesPolicy
+from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+from ark.tools.toolbox import Toolbox
+from tests.conftest import ROOT, compose_cfg
+from tests.fake_openai import ScriptedEndpoint, call
+from tests.helpers import tiny_graph, tiny_index
+
+FAST_RETRY = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05, timeout=10)
+
+
+# ------------------------------------------------------------------ fusion
+def test_voting_counts_agents_then_best_position_then_agent_order():
+    lists = [[1, 2, 3], [2, 1, 4], [5, 2]]
+    # 2: 3 votes; 1: 2 votes; one vote each: 5 (position 0), 3 (position 2), 4 (position 2, a later agent)
+    assert voting(lists) == [2, 1, 5, 3, 4]
+    # ties on votes and best position: the first agent that listed it wins
+    assert voting([[7, 8], [9, 8], [10]]) == [8, 7, 9, 10]
+    assert voting([[4, 4, 5]]) == [4, 5]  # repeats inside one list count once
+
+
+def test_ordering_random_and_cut():
+    assert ordering([[3, 1], [1, 2], [4]]) == [3, 1, 2, 4]
+    a, b = shuffled([[1, 2, 3], [4]], seed=1), shuffled([[1, 2, 3], [4]], seed=1)
+    assert a == b and sorted(a) == [1, 2, 3, 4]
+    assert aggregate([list(range(30))], "voting") == list(range(20))
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        aggregate([[1]], "borda")
+
+
+# ------------------------------------------------------------------ loop
+def toolbox():
+    g = tiny_graph()
+    return Toolbox(g, tiny_index(g))
+
+
+class ScriptedSession:
+    """Replays fixed assistant messages (no LLM)."""
+
+    def __init__(self, messages):
+        self.messages = list(messages)
+
+    async def act(self, messages, observations):
+        from ark.llm.client import LLMResult
+
+        return LLMResult(self.messages.pop(0), latency=0.5)
+
+
+def test_garbage_calls_become_error_observations_and_the_trajectory_goes_on():
+    session = ScriptedSession([
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "search_in_graph", "arguments": "{not json"}},
+            {"id": "b", "type": "function", "function": {"name": "fly", "arguments": "{}"}}]},
+        {"role": "assistant", "content": "I think the answer is Marfan."},  # no call at all
+        {"role": "assistant", "content": 'Sure: {"name": "add_to_answer", "arguments": {"answer_nodes": [{"node_index": 0}]}}'},
+        {"role": "assistant", "content": None, "tool_calls": [call("finish", {})]},
+    ])
+    traj = asyncio.run(run_agent(session, toolbox(), "marfan", T_max=10, agent=0))
+    tool_msgs = [m for m in traj.messages if m["role"] == "tool"]
+    assert tool_msgs[0]["content"].startswith("Error: arguments are not valid JSON")
+    assert tool_msgs[1]["content"].startswith("Error: unknown tool 'fly'")
+    assert traj.invalid_calls == 2 and traj.replies_without_call == 1
+    assert any(m["role"] == "user" and m["content"].startswith("Observation from add_to_answer") for m in traj.messages)
+    assert traj.answer == [0] and traj.finished and traj.steps == 4 and traj.latency == 2.0
+
+
+def test_t_max_stops_the_loop():
+    session = ScriptedSession([{"role": "assistant", "content": None,
+                                "tool_calls": [call("search_in_graph", {"query": "heart"})]}] * 5)
+    traj = asyncio.run(run_agent(session, toolbox(), "heart", T_max=3, agent=0))
+    assert traj.steps == 3 and not traj.finished and traj.tool_calls == {"search_in_graph": 3}
+
+
+def test_parse_text_calls_finds_json_objects():
+    calls = parse_text_calls('x {"name": "finish", "arguments": {}} y {"tool": "search_in_graph", "args": {"query": "a"}}')
+    assert [c["function"]["name"] for c in calls] == ["finish", "search_in_graph"]
+    assert json.loads(calls[1]["function"]["arguments"]) == {"query": "a"}
+    assert parse_text_calls("no calls {here}") == []
+
+
+def test_rules_policy_is_label_free_and_uses_the_same_tools():
+    tb = toolbox()
+    policy = RulesPolicy(tb, {"disease": ["disease"], "effect/phenotype": ["phenotype", "finding"]})
+    assert policy.answer_type("A patient with abnormal gene function. Which phenotype fits?") == "effect/phenotype"
+    traj = asyncio.run(run_agent(policy.session("Which findings of Marfan disease", 0), tb, "Which findings of Marfan disease",
+                                 T_max=10, agent=0))
+    names = [tc["function"]["name"] for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]]
+    assert names[0] == "search_in_graph" and "search_in_neighborhood" in names and names[-1] == "finish"
+    assert traj.finished and traj.answer and all(tb.graph.type_name(v) == "effect/phenotype" for v in traj.answer)
+
+
+# ------------------------------------------------------------------ client: retries, cache
+def fake_backbone(**kw):
+    return Backbone(name="fake", model="openai/fake", temperature=0.7, max_tokens=64, **kw)
+
+
+def test_rate_limit_then_success_is_retried():
+    endpoint = ScriptedEndpoint(fail_first=1, status=429)
+    with endpoint.serve() as server:
+        client = LLMClient(fake_backbone(), None, FAST_RETRY, api_base=server.url)
+        result = asyncio.run(client.complete([{"role": "user", "content": "Question: x"}], toolbox().schemas()))
+    assert result.error is None and result.attempts == 2 and endpoint.calls == 2
+    assert result.message["tool_calls"][0]["function"]["name"] == "search_in_graph"
+    assert result.prompt_tokens == 100 and result.completion_tokens == 20
+
+
+def test_a_call_that_keeps_failing_is_recorded_not_raised():
+    endpoint = ScriptedEndpoint(fail_first=100, status=503)
+    with endpoint.serve() as server:
+        client = LLMClient(fake_backbone(), None, FAST_RETRY, api_base=server.url)
+        policy = LLMPolicy(client, toolbox())
+        traj = asyncio.run(run_agent(policy.session("x", 0), policy.toolbox, "x", T_max=5, agent=0))
+    assert endpoint.calls == FAST_RETRY.max_attempts
+    assert len(traj.errors) == 1 and "ServiceUnavailable" in traj.errors[0] or "InternalServer" in traj.errors[0]
+    assert traj.steps == 1 and not traj.finished
+
+
+def test_secret_never_reaches_records(monkeypatch):
+    monkeypatch.setenv("ARK_TEST_KEY", "sk-very-secret-value")
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        client = LLMClient(fake_backbone(api_key_env="ARK_TEST_KEY"), None, FAST_RETRY, api_base=server.url)
+        policy = LLMPolicy(client, toolbox())
+        traj = asyncio.run(run_agent(policy.session("x", 0), policy.toolbox, "x", T_max=5, agent=0))
+    assert "sk-very-secret-value" not in json.dumps(traj.to_dict())
+
+
+# ------------------------------------------------------------------ evaluate stage
+def evaluate_cfg(tiny_project, url, extra=()):
+    return compose_cfg(tiny_project + [
+        "backbone=gpt-4.1", "backbone.model=openai/fake", f"backbone.api_base={url}", "backbone.api_key_env=null",
+        "retriever.params.stemmer=null", "eval.concurrency=2", "agent.n_agents=3", "agent.T_max=4",
+        "llm.retry.base_delay=0.01", *extra])
+
+
+def build_index(cfg):
+    from ark.stages import build_index
+
+    build_index.run(cfg)
+
+
+def test_evaluate_then_replay_from_cache_makes_no_calls_and_identical_records(tiny_project):
+    from ark.stages import evaluate
+
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        cfg = evaluate_cfg(tiny_project, server.url)
+        build_index(cfg)
+        first = evaluate.run(cfg)
+        calls = endpoint.calls
+        out = evaluate.out_dir(cfg)
+        records = (out / "records.jsonl").read_bytes()
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert first["n_queries"] == 3 and calls == 3 * 3 * 2  # 3 queries x 3 agents x 2 steps
+        assert first["hit@1"] == pytest.approx(2 / 3) and first["invalid_call_rate"] == 0.0
+        # 9 agents: 9 searches, 9 finishes, 6 add_to_answer ('zebra' finds nothing to add)
+        assert first["tool_call_share"] == {"add_to_answer": 0.25, "finish": 0.375, "search_in_graph": 0.375}
+        (out / "records.jsonl").unlink()
+        second = evaluate.run(cfg)
+    assert endpoint.calls == calls and second["model_calls_this_run"] == 0
+    assert (out / "records.jsonl").read_bytes() == records
+    again = json.loads((out / "metrics.json").read_text())
+    assert {k: v for k, v in again.items() if k not in ("versions",)} == \
+        {k: v for k, v in metrics.items() if k not in ("versions",)}
+
+
+def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
+    from ark.stages import evaluate
+
+    endpoint = ScriptedEndpoint(delay=0.4)
+    with endpoint.serve() as server:
+        cfg = evaluate_cfg(tiny_project, server.url, ["eval.concurrency=1", "agent.n_agents=1"])
+        build_index(cfg)
+        args = [sys.executable, "-m", "ark.stages.evaluate", *tiny_project, "backbone=gpt-4.1",
+                "backbone.model=openai/fake", f"backbone.api_base={server.url}", "backbone.api_key_env=null",
+                "retriever.params.stemmer=null", "eval.concurrency=1", "agent.n_agents=1", "agent.T_max=4",
+                f"llm.cache={tmp_path}/llm.sqlite", f"hydra.run.dir={tmp_path}/hydra"]
+        records = evaluate.out_dir(cfg) / "records.jsonl"
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        deadline = time.time() + 60
+        while time.time() < deadline and not (records.exists() and records.read_text().count("\n") >= 1):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done_before = [json.loads(line)["id"] for line in records.read_text().splitlines() if line.strip()]
+        assert 1 <= len(done_before) < 3
+        calls_before = endpoint.calls
+        rerun = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+    ids = [json.loads(line)["id"] for line in records.read_text().splitlines()]
+    assert ids == ["q1", "q2", "q3"]
+    # finished queries were not asked again: at most the interrupted query's calls were repeated
+    assert endpoint.calls - calls_before <= 2 * (3 - len(done_before)) + 1
+
