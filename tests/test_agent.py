@@ -209,3 +209,18 @@ def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
     # finished queries were not asked again: at most the interrupted query's calls were repeated
     assert endpoint.calls - calls_before <= 2 * (3 - len(done_before)) + 1
 
+
+
+def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
+    import io
+
+    from ark.cli import ask
+
+    cfg = compose_cfg(tiny_project + ["retriever.params.stemmer=null"])
+    build_index(cfg)
+    out = io.StringIO()
+    record = ask("Which finding of the lens of the eye", tiny_project + ["retriever.params.stemmer=null",
+                                                                           "backbone=rules", "agent.n_agents=2"], out=out)
+    text = out.getvalue()
+    assert "-> search_in_graph(" in text and "Top " in text and "-> finish(" in text
+    assert record["ranking"][0] == 4 and "1. [4] effect/phenotype | Ectopia lentis" in text

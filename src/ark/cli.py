@@ -1,0 +1,83 @@
+"""``ark ask "question" [hydra overrides]``: run the agents on one question and show the trajectory live.
+
+Example: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return hydra_compose("config", overrides=overrides)
+
+
+def printer(graph, max_lines: int, out=sys.stdout):
+    def on_event(kind: str, e: dict) -> None:
+        tag = f"[agent {e['agent']} step {e['step'] + 1}]"
+        if kind == "reply":
+            for tc in e["message"].get("tool_calls") or []:
+                print(f"{tag} -> {tc['function']['name']}({tc['function']['arguments']})", file=out)
+            if e["message"].get("content"):
+                print(f"{tag} says: {e['message']['content'][:300]}", file=out)
+        elif kind == "observation":
+            lines = e["observation"].text.splitlines()
+            shown = lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines)"] if len(lines) > max_lines else [])
+            print("\n".join(f"{tag}    {line}" for line in shown), file=out)
+        elif kind == "error":
+            print(f"{tag} model call failed: {e['error']}", file=out)
+        out.flush()
+
+    return on_event
+
+
+def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout) -> dict:
+    from ark.agent.runner import run_query
+    from ark.stages.evaluate import make_policy, make_toolbox
+
+    cfg = compose(overrides)
+    toolbox = make_toolbox(cfg)
+    g = toolbox.graph
+    print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
+          file=out)
+    with make_policy(cfg, toolbox) as (policy, _):
+        record = asyncio.run(run_query(policy, toolbox, {"id": "ask", "query": question}, cfg.agent.n_agents,
+                                       cfg.agent.T_max, cfg.agent.aggregation, cfg.seed, printer(g, max_lines, out)))
+    print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
+    for rank, v in enumerate(record["ranking"], 1):
+        print(f"{rank:>3}. [{v}] {g.type_name(v)} | {g.name[v]}", file=out)
+    if not record["ranking"]:
+        print("  (empty)", file=out)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ask", help="run the agents on one question")
+    p.add_argument("question")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. dataset=biokg backbone=rules agent.n_agents=1")
+    p.add_argument("--lines", type=int, default=8, help="observation lines shown per tool call")
+    p.add_argument("--json", type=Path, help="also write the full record (all messages) to this file")
+    args = parser.parse_args(argv)
+    try:
+        record = ask(args.question, args.overrides, args.lines)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"ark: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
