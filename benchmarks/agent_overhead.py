@@ -1,0 +1,123 @@
+"""The agent's own cost per step (everything but the model call) and its throughput with many agents.
+
+The model is a fake OpenAI-compatible endpoint on loopback that answers after a fixed latency with a
+scripted 3-step trajectory (search_in_graph -> search_in_neighborhood -> add_to_answer + finish), reached
+through litellm exactly as a hosted model would be. Tools run on the real BioKG graph and BM25 index.
+
+    python benchmarks/agent_overhead.py [--latency 1.0] [--levels 1 8 32 64]
+
+Overhead per step = (wall time of one agent - model latency x steps) / steps, at concurrency 1.
+Throughput = agent steps per second with c agents in flight; ideal = c / latency.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+import ark  # noqa: F401  (offline environment defaults)
+from ark.agent.policies import LLMPolicy
+from ark.agent.runner import run_queries
+from ark.graph import Graph
+from ark.index import load_relevance
+from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.server import ChatServer, chat_completion
+from ark.tools.toolbox import Toolbox
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scripted_reply(request: dict) -> dict:
+    msgs = request["messages"]
+    question = next(m["content"] for m in msgs if m["role"] == "user").removeprefix("Question: ")
+    results = [m["content"] for m in msgs if m["role"] == "tool"]
+    first = lambda text: int(re.search(r"^\[(\d+)\]", text, re.M).group(1)) if re.search(r"^\[(\d+)\]", text, re.M) else 0
+    if not results:
+        call = ("search_in_graph", {"query": question})
+    elif len(results) == 1:
+        call = ("search_in_neighborhood", {"node_index": first(results[0]), "query": question})
+    else:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "add_to_answer", "arguments": json.dumps(
+                {"answer_nodes": [{"node_index": first(results[-1])}]})}},
+            {"id": "c3", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": call[0], "arguments": json.dumps(call[1])}}]}
+
+
+def serve(latency: float, port_queue) -> None:
+    """The fake model, in its own process so that its work does not count as the agent's."""
+
+    def delayed(request):
+        time.sleep(latency)
+        return chat_completion(request["model"], scripted_reply(request), "tool_calls", 100, 20)
+
+    with ChatServer(delayed, model_name="fake") as server:
+        port_queue.put(server.url)
+        while True:
+            time.sleep(3600)
+
+
+def run(policy, toolbox, queries, concurrency) -> float:
+    start = time.perf_counter()
+    asyncio.run(run_queries(policy, toolbox, queries, n_agents=1, T_max=10, aggregation="voting",
+                            concurrency=concurrency))
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--graph", default=str(ROOT / "data/graph/biokg"))
+    p.add_argument("--index", default=str(ROOT / "data/index/biokg/bm25"))
+    p.add_argument("--latency", type=float, default=1.0, help="seconds the fake model takes per call")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
+    p.add_argument("--serial-queries", type=int, default=5)
+    args = p.parse_args()
+    if not Path(args.graph, "schema.json").exists():
+        print(f"error: no graph at {args.graph}; run `dvc repro build_index@bm25` first", file=sys.stderr)
+        return 1
+    print(f"machine: {platform.platform()} | {os.cpu_count()} CPUs | Python {platform.python_version()}")
+    print(f"command: {' '.join(sys.argv)}")
+    graph = Graph.load(args.graph)
+    toolbox = Toolbox(graph, load_relevance("bm25", args.index))
+    names = [str(n) for n in graph.name[:: max(1, graph.num_nodes // 500)]]
+    queries = [{"id": str(i), "query": f"Which diseases are related to {names[i % len(names)]}?"} for i in range(max(args.levels) * 2)]
+
+    urls = multiprocessing.Queue()
+    server = multiprocessing.Process(target=serve, args=(args.latency, urls), daemon=True)
+    server.start()
+    url = urls.get(timeout=60)
+    try:
+        client = LLMClient(Backbone(name="fake", model="openai/fake", max_tokens=64), cache=None,
+                           retry=RetryPolicy(max_attempts=1), api_base=url)
+        policy = LLMPolicy(client, toolbox)
+        run(policy, toolbox, queries[:1], 1)  # warm-up: litellm's first call imports and builds its clients
+        steps_per_agent = 3
+        n = args.serial_queries
+        wall = run(policy, toolbox, queries[:n], 1)
+        model = n * steps_per_agent * args.latency
+        overhead = (wall - model) / (n * steps_per_agent)
+        print(f"\nfake model latency {args.latency:.3f} s per call, {steps_per_agent} steps per agent")
+        print(f"overhead per step at concurrency 1: {overhead * 1000:.1f} ms "
+              f"= {100 * overhead / args.latency:.2f}% of a {args.latency:g} s step (target < 2%)")
+        print(f"\n{'agents in flight':>16} {'agents':>7} {'wall s':>8} {'steps/s':>8} {'ideal':>7} {'efficiency':>10}")
+        for c in args.levels:
+            agents = c * 2
+            wall = run(policy, toolbox, queries[:agents], c)
+            rate = agents * steps_per_agent / wall
+            ideal = c / args.latency
+            print(f"{c:>16} {agents:>7} {wall:>8.2f} {rate:>8.2f} {ideal:>7.1f} {100 * rate / ideal:>9.1f}%")
+    finally:
+        server.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
