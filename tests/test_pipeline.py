@@ -30,8 +30,10 @@ def test_every_dvc_stage_tracks_the_conf_files_it_composes():
         assert f"src/ark/stages/{argv[2].split('.')[-1]}.py" in deps, f"{name}: stage script not a dep"
         cfg = compose_cfg(argv[3:], hydra_config=True)
         assert "conf/config.yaml" in deps, name
-        for group in module.GROUPS:
-            path = f"conf/{group}/{cfg.hydra.runtime.choices[group]}.yaml"
+        choices = cfg.hydra.runtime.choices
+        groups = list(module.GROUPS) + (["experiment"] if choices.get("experiment") else [])
+        for group in groups:
+            path = f"conf/{group}/{choices[group]}.yaml"
             assert path in deps, f"{name}: {path} is composed but not a param"
 
 
@@ -39,7 +41,8 @@ def test_dvc_pipeline_parses_into_one_chain():
     """`dvc dag` parses dvc.yaml (templating, matrix, params) without data, as in a clean clone."""
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    for stage in ("download", "build_graph", "build_index@bm25", "make_queries@synthetic", "baseline@synthetic-bm25"):
+    for stage in ("download", "build_graph", "build_index@bm25", "make_queries@synthetic", "baseline@synthetic-bm25",
+                  "evaluate_rules@synthetic", "evaluate_embedded@phenopackets"):
         assert stage in out.stdout
 
 
