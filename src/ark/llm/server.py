@@ -35,6 +35,11 @@ def chat_completion(model: str, message: dict, finish_reason: str, prompt_tokens
     }
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # the default listen backlog of 5 drops connections when many agents call at once
+
+
 class ChatServer:
     """``with ChatServer(generate) as server: ... server.url ...`` — started in a daemon thread."""
 
@@ -82,8 +87,7 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
