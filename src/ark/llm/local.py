@@ -468,44 +468,47 @@ def decode_tool_call(step: Step, prompt_ids: list[int], grammar: ToolCallGrammar
     """Grammar-constrained decoding of one tool call: (JSON text, completion token ids).
 
     Forced text is fed as a batch of tokens in one forward pass; at choice points the model's top-k
-    tokens are filtered by the grammar. The budget invariant ``len(out) + len(closing) <= max_tokens``
-    (a token is at least one character) guarantees the call is complete within ``max_tokens``; when
-    even the shortest call does not fit it is emitted anyway.
+    tokens are filtered by the grammar. Every step keeps ``len(out) + tokens(shortest completion)
+    <= max_tokens``, so the call can always be completed within ``max_tokens``; when even the
+    shortest call does not fit, it is emitted anyway.
     """
+    counts: dict[str, int] = {}
+
+    def cost(s: str) -> int:  # tokens of a text (memoised: the same closings come up again and again)
+        if s not in counts:
+            counts[s] = len(encode(s))
+        return counts[s]
+
     state = grammar.start()
     text, out, pending = [], [], list(prompt_ids)
-
-    def close():
-        rest = grammar.closing(state)
-        out.extend(encode(rest))
-        text.append(rest)
-
-    if len(grammar.closing(state)) > max_tokens:
-        close()
-        return "".join(text), out
     while True:
-        forced, state = grammar.forced(state)
+        forced, after = grammar.forced(state)
         if forced:
             ids = encode(forced)
+            # splitting a text can cost extra tokens: if forced + rest no longer fit, close from here
+            if len(out) + len(ids) + cost(grammar.closing(after)) > max_tokens:
+                break
             pending += ids
             out += ids
             text.append(forced)
+            state = after
         if grammar.finished(state):
-            break
+            return "".join(text), out
         logits = step(pending)
-        picked = _pick_token(logits, state, grammar, vocab, max_tokens - len(out) - 1, sampling, top_k)
-        if picked is None:  # budget spent (or, in theory, nothing fits): complete the shortest way
-            close()
+        picked = _pick_token(logits, state, grammar, vocab, lambda s: len(out) + 1 + cost(grammar.closing(s))
+                             <= max_tokens, sampling, top_k)
+        if picked is None:  # budget spent (or, in theory, nothing fits)
             break
         tok, state = picked
         pending = [tok]
         out.append(tok)
         text.append(vocab.texts[tok])
-    return "".join(text), out
+    rest = grammar.closing(state)  # complete the call the shortest way
+    return "".join(text) + rest, out + encode(rest)
 
 
-def _pick_token(logits, state, grammar, vocab, room: int, sampling: Sampling, top_k: int):
-    """A grammar-valid next token whose shortest completion fits in ``room`` more tokens."""
+def _pick_token(logits, state, grammar, vocab, fits: Callable[[tuple], bool], sampling: Sampling, top_k: int):
+    """A grammar-valid next token (and the state after it) whose shortest completion ``fits`` the budget."""
     valid: dict[int, tuple] = {}
 
     def check(t: int) -> bool:
@@ -513,7 +516,7 @@ def _pick_token(logits, state, grammar, vocab, room: int, sampling: Sampling, to
         if txt is None:
             return False
         nxt = grammar.advance(state, txt)
-        if nxt is None or len(grammar.closing(nxt)) > room:
+        if nxt is None or not fits(nxt):
             return False
         valid[t] = nxt
         return True
@@ -528,8 +531,7 @@ def _pick_token(logits, state, grammar, vocab, room: int, sampling: Sampling, to
                 break
     if not valid:
         return None
-    ids = list(valid)
-    tok = sampling.pick(logits, ids)
+    tok = sampling.pick(logits, list(valid))
     return tok, valid[tok]
 
 
@@ -700,7 +702,10 @@ def load_gguf(gguf_path: str | os.PathLike, dtype="bfloat16", cache_dir: str | o
             pass
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        model = model.to(dt)
+        # reload rather than model.to(dt): that would also cast the fp32 rotary buffers, and the first
+        # load would then differ from later ones
+        del model
+        return AutoModelForCausalLM.from_pretrained(ckpt, dtype=dt), AutoTokenizer.from_pretrained(ckpt)
     return model, tokenizer
 
 
@@ -715,7 +720,13 @@ def apply_adapter(model, adapter: str | os.PathLike, merge: bool = True):
 
 # ====================================================================== the served model
 class LocalChatModel:
-    """An in-process chat model; ``generate(request) -> chat.completion`` is the ``ChatServer`` callback."""
+    """An in-process chat model; ``generate(request) -> chat.completion`` is the ``ChatServer`` callback.
+
+    Request defaults: temperature 1, top_p 1, seed 0 (replies are a function of the request),
+    max_tokens 512. With tools and ``constrained``, ``tool_choice`` "auto"/"required"/None all give
+    exactly one call, ``{"type": "function", "function": {"name": X}}`` a call of X, and "none" text.
+    Requests run one at a time (the server is threaded; the model is not).
+    """
 
     def __init__(self, gguf_path: str | os.PathLike | None = None, dtype: str = "bfloat16",
                  adapter: str | os.PathLike | None = None, constrained: bool = True, threads: int | None = None,
@@ -743,9 +754,8 @@ class LocalChatModel:
         n_logits = model.get_output_embeddings().weight.shape[0]
         self.vocab = TokenVocab(tokenizer, n_logits)
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
-        self.stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                                     tokenizer.convert_tokens_to_ids("<|endoftext|>"))
-                         if isinstance(i, int) and i != tokenizer.unk_token_id}
+        known = tokenizer.get_vocab()
+        self.stop_ids = {known[t] for t in ("<|im_end|>", "<|endoftext|>", tokenizer.eos_token) if t in known}
         self._grammars: dict[str, ToolCallGrammar] = {}
         self._lock = threading.Lock()
         self._calls = 0
@@ -780,6 +790,7 @@ class LocalChatModel:
 
     # ------------------------------------------------------------------ the callback
     def generate(self, request: dict) -> dict:
+        """An OpenAI chat-completions body -> a ``chat.completion`` object (``HTTPError`` 400 on a bad request)."""
         with self._lock, torch.inference_mode():
             return self._generate(request)
 
