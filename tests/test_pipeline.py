@@ -91,3 +91,10 @@ def test_wandb_logs_offline_into_the_configured_dir(tmp_path, monkeypatch):
         run.log({"hit@1": 0.5})
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_a_stage_with_bad_input_exits_2_with_one_clear_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ark.stages.baseline", f"paths.data={tmp_path}", "logger=none",
+                          f"hydra.run.dir={tmp_path}/hydra"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("error: no graph at") and "Traceback" not in out.stderr

@@ -94,3 +94,10 @@ def provenance(cfg, data_paths) -> dict:
     config = OmegaConf.to_container(cfg, resolve=True) if cfg is not None else {}
     config.pop("hydra", None)
     return {"config": config, "versions": package_versions(), "data": hash_paths(data_paths)}
+
+
+def write_run_metrics(out_dir: str | Path, metrics: dict, cfg) -> None:
+    """``metrics.json`` of an evaluation: the metrics plus config, versions and hashes of the data it read."""
+    graph = Path(cfg.dataset.graph_dir)
+    inputs = [Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl", graph / "summary.json", graph / "nodes.parquet"]
+    write_json(Path(out_dir) / "metrics.json", {**metrics, **provenance(cfg, inputs)})

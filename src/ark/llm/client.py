@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -22,6 +23,8 @@ from pathlib import Path
 import litellm
 
 litellm.suppress_debug_info = True
+for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):  # one INFO line per call otherwise
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 RETRYABLE = (
     litellm.exceptions.RateLimitError,

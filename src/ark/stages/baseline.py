@@ -15,8 +15,9 @@ from ark.data.queries import load_queries
 from ark.eval.metrics import as_candidates, mean_scores, score_query
 from ark.graph import load_graph
 from ark.index import load_relevance
-from ark.io import provenance, write_json, write_jsonl
+from ark.io import write_jsonl, write_run_metrics
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "queries", "retriever", "logger")
 
@@ -56,16 +57,12 @@ def run(cfg: DictConfig) -> dict:
     out = out_dir(cfg)
     write_jsonl(out / "records.jsonl", records)
     metrics = {**mean_scores(per_query), "split": cfg.split}
-    qfile = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
-    write_json(out / "metrics.json", {
-        **metrics,
-        **provenance(cfg, [qfile, Path(cfg.dataset.graph_dir) / "summary.json",
-                           Path(cfg.dataset.graph_dir) / "nodes.parquet"]),
-    })
+    write_run_metrics(out, metrics, cfg)
     return metrics
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "baseline") as log:
         metrics = run(cfg)

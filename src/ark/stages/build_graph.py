@@ -4,6 +4,7 @@ from omegaconf import DictConfig
 
 from ark.graph import Graph
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "logger")
 
@@ -30,6 +31,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "build_graph") as log:
         summary = run(cfg)

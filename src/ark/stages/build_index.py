@@ -11,6 +11,7 @@ from ark.graph import load_graph
 from ark.index import build_relevance
 from ark.io import write_json
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "retriever", "logger")
 
@@ -32,6 +33,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "build_index") as log:
         info = run(cfg)

@@ -8,6 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ark.io import hash_paths, write_json
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "logger")
 
@@ -30,6 +31,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "download") as log:
         result = run(cfg)

@@ -22,9 +22,10 @@ from ark.eval.metrics import as_candidates, mean_scores, score_query
 from ark.eval.trajectories import run_statistics
 from ark.graph import load_graph
 from ark.index import load_relevance
-from ark.io import provenance, write_json
+from ark.io import write_run_metrics
 from ark.tools.toolbox import ToolConfig, Toolbox
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "queries", "retriever", "ablation", "agent", "backbone", "logger")
 
@@ -106,16 +107,12 @@ def run(cfg: DictConfig) -> dict:
         records = store.finalize([q["id"] for q in queries])
     per_query = [r["metrics"] for r in records]
     metrics = {**mean_scores(per_query), **run_statistics(records), "split": cfg.split}
-    qfile = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
-    write_json(out / "metrics.json", {
-        **metrics,
-        **provenance(cfg, [qfile, Path(cfg.dataset.graph_dir) / "summary.json",
-                           Path(cfg.dataset.graph_dir) / "nodes.parquet"]),
-    })
+    write_run_metrics(out, metrics, cfg)
     return {**metrics, "model_calls_this_run": model_calls}
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "evaluate") as log:
         result = run(cfg)

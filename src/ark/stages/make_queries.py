@@ -5,6 +5,7 @@ from omegaconf import DictConfig, OmegaConf
 from ark.data.queries import write_query_splits
 from ark.graph import load_graph
 from ark.tracking import stage_run
+from ark.stages import clear_errors
 
 GROUPS = ("paths", "dataset", "queries", "logger")
 
@@ -39,6 +40,7 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "make_queries") as log:
         result = run(cfg)
