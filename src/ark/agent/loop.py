@@ -25,6 +25,7 @@ class Trajectory:
     steps: int = 0
     finished: bool = False
     step_latency: list[float] = field(default_factory=list)  # model time per step (replayed from the cache)
+    step_tokens: list[list[int]] = field(default_factory=list)  # [prompt, completion] per step
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
@@ -72,6 +73,7 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
         reply = await session.act(messages, observations)
         traj.steps += 1
         traj.step_latency.append(round(reply.latency, 4))
+        traj.step_tokens.append([reply.prompt_tokens, reply.completion_tokens])
         traj.prompt_tokens += reply.prompt_tokens
         traj.completion_tokens += reply.completion_tokens
         traj.cost += reply.cost

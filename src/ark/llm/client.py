@@ -115,7 +115,7 @@ class LLMClient:
         self.api_base = api_base or backbone.api_base  # a local server's address is not part of the request
         self.calls = 0  # model calls actually made (cache hits excluded)
 
-    def request(self, messages: list[dict], tools: list[dict] | None, agent_index: int, seed: int) -> dict:
+    def request(self, messages: list[dict], tools: list[dict] | None, seed: int) -> dict:
         b = self.backbone
         req = {"model": b.model, "messages": messages, "temperature": b.temperature, "max_tokens": b.max_tokens,
                "seed": seed, **b.extra}
@@ -128,7 +128,7 @@ class LLMClient:
 
     async def complete(self, messages: list[dict], tools: list[dict] | None, agent_index: int = 0,
                        seed: int = 0) -> LLMResult:
-        req = self.request(messages, tools, agent_index, seed)
+        req = self.request(messages, tools, seed)
         key = request_key({**req, "agent_index": agent_index})
         if self.cache is not None:
             hit = self.cache.get(key)
