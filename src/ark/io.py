@@ -5,7 +5,9 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -19,6 +21,22 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_dir(target: str | Path):
+    """Yield a sibling temporary directory to fill; it replaces ``target`` only if the block succeeds."""
+    target = Path(target)
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
 
 
 def write_json(path: str | Path, obj) -> None:

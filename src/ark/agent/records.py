@@ -7,8 +7,9 @@ record of each query, so a rerun never duplicates or loses a query.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from ark.io import write_jsonl
 
 
 class RecordStore:
@@ -47,11 +48,7 @@ class RecordStore:
         """Rewrite the file atomically: one line per query, in ``order``."""
         self._file.close()
         rows = [self.records[i] for i in order if i in self.records]
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for rec in rows:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        os.replace(tmp, self.path)
+        write_jsonl(self.path, rows)
         return rows
 
     def close(self) -> None:

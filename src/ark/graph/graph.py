@@ -9,13 +9,13 @@ sorted by neighbor id (the order the posting-list intersection in ``ark.index`` 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from ark.io import atomic_dir
 
 OUT, IN = 1, 0  # direction of a CSR entry as seen from the row's node
 
@@ -151,24 +151,18 @@ class Graph:
     # ---------------------------------------------------------------- persistence
     def save(self, directory: str | Path) -> None:
         """Write the graph atomically: a temporary sibling directory renamed into place."""
-        directory = Path(directory)
-        tmp = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        pd.DataFrame(
-            {"key": self.key, "type": self.node_type, "name": self.name, "fields": self.fields, "doc": self.doc}
-        ).to_parquet(tmp / "nodes.parquet", index=False)
-        pd.DataFrame({"src": self.src, "dst": self.dst, "rel": self.edge_rel, "attr": self.edge_attr}).to_parquet(
-            tmp / "edges.parquet", index=False
-        )
-        for a in _CSR_ARRAYS:
-            np.save(tmp / f"csr_{a}.npy", getattr(self, a))
-        schema = {"node_types": self.node_type_names, "relations": self.relation_names, "meta": self.meta}
-        (tmp / "schema.json").write_text(json.dumps(schema, indent=1, ensure_ascii=False))
-        (tmp / "summary.json").write_text(json.dumps(self.summary(), indent=1))
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
+        with atomic_dir(directory) as tmp:
+            pd.DataFrame(
+                {"key": self.key, "type": self.node_type, "name": self.name, "fields": self.fields, "doc": self.doc}
+            ).to_parquet(tmp / "nodes.parquet", index=False)
+            pd.DataFrame({"src": self.src, "dst": self.dst, "rel": self.edge_rel, "attr": self.edge_attr}).to_parquet(
+                tmp / "edges.parquet", index=False
+            )
+            for a in _CSR_ARRAYS:
+                np.save(tmp / f"csr_{a}.npy", getattr(self, a))
+            schema = {"node_types": self.node_type_names, "relations": self.relation_names, "meta": self.meta}
+            (tmp / "schema.json").write_text(json.dumps(schema, indent=1, ensure_ascii=False))
+            (tmp / "summary.json").write_text(json.dumps(self.summary(), indent=1))
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = True) -> "Graph":

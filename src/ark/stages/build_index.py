@@ -1,15 +1,12 @@
 """Stage build_index: node documents -> a persisted relevance index in ``dataset.index_dir``."""
-import os
-import shutil
 import time
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ark.graph import load_graph
 from ark.index import build_relevance
-from ark.io import write_json
+from ark.io import atomic_dir, write_json
 from ark.tracking import stage_run
 from ark.stages import clear_errors
 
@@ -21,14 +18,10 @@ def run(cfg: DictConfig) -> dict:
     start = time.perf_counter()
     index = build_relevance(cfg.retriever.name, graph.doc, OmegaConf.to_container(cfg.retriever.params))
     seconds = time.perf_counter() - start
-    target = Path(cfg.dataset.index_dir)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    index.save(tmp)
     info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "build_seconds": round(seconds, 2)}
-    write_json(tmp / "info.json", info)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    with atomic_dir(cfg.dataset.index_dir) as tmp:
+        index.save(tmp)
+        write_json(tmp / "info.json", info)
     return info
 
 
