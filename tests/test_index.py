@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from ark.errors import UserError
+
 from ark.index import load_relevance
 from ark.index.bm25 import BM25Index
 from ark.index.dense import DenseIndex
@@ -25,7 +27,7 @@ def test_bm25_round_trip_and_subset_scores(tmp_path):
     ids, scores = loaded.search("kinases encoding genes", 5)  # stemming: kinases -> kinas
     assert ids.tolist() == [1]
     assert np.allclose(loaded.score("kinases encoding genes", np.array([0, 1, 4])), [0, scores[0], 0])
-    with pytest.raises(FileNotFoundError, match="build_index"):
+    with pytest.raises(UserError, match="build_index"):
         load_relevance("bm25", tmp_path / "missing")
 
 

@@ -7,42 +7,73 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from ark.errors import UserError
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def dvc_stages():
+    """(name, cmd, deps, params {file: keys or None for the whole file}) of every stage in dvc.yaml."""
     from dvc.repo import Repo
 
     with Repo(str(ROOT)) as repo:
-        return [(s.addressing, s.cmd, {d.def_path for d in s.deps}) for s in repo.index.stages]
+        out = []
+        for s in repo.index.stages:
+            params = {}
+            for d in s.deps:
+                if d.__class__.__name__ == "ParamsDependency":
+                    params[d.def_path] = list(d.params) if d.params else None
+            out.append((s.addressing, s.cmd, {d.def_path for d in s.deps}, params))
+        return out
 
 
-def test_every_dvc_stage_tracks_the_conf_files_it_composes():
-    """A conf file a stage reads but dvc.yaml does not list would not re-run the stage when edited."""
+def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
+    """Each conf group file a stage composes is a param; config.yaml only at key level; never the logger;
+    every local input file the config names (e.g. the phenopacket source) is a dependency."""
     stages = dvc_stages()
-    assert {name.split("@")[0] for name, _, _ in stages} >= {"download", "build_graph", "build_index", "make_queries", "baseline"}
-    for name, cmd, deps in stages:
+    assert {name.split("@")[0] for name, *_ in stages} >= {"download", "build_graph", "build_index", "make_queries",
+                                                          "baseline", "evaluate"}
+    for name, cmd, deps, params in stages:
         argv = shlex.split(cmd)
         assert argv[:2] == ["python", "-m"] and argv[2].startswith("ark.stages."), name
         module = importlib.import_module(argv[2])
         assert f"src/ark/stages/{argv[2].split('.')[-1]}.py" in deps, f"{name}: stage script not a dep"
+        assert params.get("conf/config.yaml", []) is not None, f"{name}: conf/config.yaml tracked as a whole file"
+        assert not any(p.startswith(("conf/logger/", "conf/paths/")) for p in params), name
         cfg = compose_cfg(argv[3:], hydra_config=True)
-        assert "conf/config.yaml" in deps, name
         choices = cfg.hydra.runtime.choices
-        groups = list(module.GROUPS) + (["experiment"] if choices.get("experiment") else [])
+        groups = list(module.GROUPS)
+        groups += ["experiment"] if choices.get("experiment") else []
         for group in groups:
             path = f"conf/{group}/{choices[group]}.yaml"
-            assert path in deps, f"{name}: {path} is composed but not a param"
+            assert path in params, f"{name}: {path} is composed but not a param"
+        source = cfg.get("queries", {}).get("source")
+        if source and name.startswith("make_queries") and not str(source).startswith("http"):
+            assert str(Path(source)) in {str(Path(d)) for d in deps}, f"{name}: {source}"
+
+
+def test_run_stages_identity_settings_are_params():
+    """A run stage's run directory covers its identity; DVC must re-run it when any of those settings change."""
+    from ark.runs.identity import STAGE_SETTINGS
+
+    for name, cmd, deps, params in dvc_stages():
+        stage = name.split("@")[0]
+        if stage not in STAGE_SETTINGS:
+            continue
+        tracked_top = set(params.get("conf/config.yaml") or [])
+        for key in STAGE_SETTINGS[stage]:
+            if "." in key or key in ("split", "seed", "baseline"):
+                assert key in tracked_top or key.split(".")[0] in tracked_top, f"{name}: {key} not tracked"
 
 
 def test_dvc_pipeline_parses_into_one_chain():
-    """`dvc dag` parses dvc.yaml (templating, matrix, params) without data, as in a clean clone."""
+    """`dvc dag` parses dvc.yaml (templating, foreach, params) without data, as in a clean clone."""
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     for stage in ("download", "build_graph", "build_index@bm25", "make_queries@synthetic", "baseline@synthetic-bm25",
-                  "evaluate_rules@synthetic", "evaluate_embedded@phenopackets"):
+                  "evaluate@rules-synthetic", "evaluate@embedded-phenopackets"):
         assert stage in out.stdout
 
 
@@ -51,24 +82,27 @@ def test_build_index_then_baseline(tiny_project):
 
     cfg = compose_cfg(tiny_project + ["retriever.params.stemmer=null"])
     info = build_index.run(cfg)
-    assert info["num_docs"] == 31 and Path(cfg.dataset.index_dir, "info.json").exists()
+    assert info["num_docs"] == 31 and json.loads(Path(cfg.dataset.index_dir, "info.json").read_text()) == \
+        {"retriever": "bm25", "num_docs": 31}  # no build time: a rebuild is byte-identical
     metrics = baseline.run(cfg)
     assert metrics["n_queries"] == 3
     assert metrics["hit@1"] == pytest.approx(2 / 3)  # q1 and q2 found first, 'zebra' matches nothing
     assert metrics["recall@20"] == pytest.approx((1 + 0.5 + 0) / 3)
-    out = baseline.out_dir(cfg)
+    out = Path(metrics["run_dir"])
     records = [json.loads(line) for line in open(out / "records.jsonl")]
     assert [r["id"] for r in records] == ["q1", "q2", "q3"] and records[2]["ranking"] == []
     saved = json.loads((out / "metrics.json").read_text())
-    assert saved["hit@1"] == metrics["hit@1"]
-    assert saved["config"]["retriever"]["name"] == "bm25" and "bm25s" in saved["versions"]
-    assert any(p.endswith("test.jsonl") for p in saved["data"])
+    assert saved["hit@1"] == metrics["hit@1"] and all(isinstance(v, (int, float)) for v in saved.values())
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert "bm25s" in provenance["versions"] and "platform" not in json.dumps(provenance)
+    assert any(p.endswith("test.jsonl") for p in provenance["data"])
+    assert (out / "config.yaml").exists() and "retriever" in (out / "config.yaml").read_text()
 
 
 def test_baseline_without_index_fails_clearly(tiny_project):
     from ark.stages import baseline
 
-    with pytest.raises(FileNotFoundError, match="build_index"):
+    with pytest.raises(UserError, match="build_index"):
         baseline.run(compose_cfg(tiny_project))
 
 

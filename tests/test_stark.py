@@ -3,6 +3,8 @@ import pickle
 
 import numpy as np
 import pytest
+
+from ark.errors import UserError
 import torch
 
 from ark.data.queries import load_queries, write_query_splits
@@ -272,13 +274,13 @@ def test_graph_round_trip(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path, missing):
     write_prime(tmp_path)
     (tmp_path / "prime" / "processed" / missing).unlink()
-    with pytest.raises(FileNotFoundError, match=missing.replace(".", r"\.")) as error:
+    with pytest.raises(UserError, match=missing.replace(".", r"\.")) as error:
         load_stark_skb("prime", tmp_path)
     assert "skb/prime/processed.zip" in str(error.value)
-    with pytest.raises(FileNotFoundError, match=missing.replace(".", r"\.")):
+    with pytest.raises(UserError, match=missing.replace(".", r"\.")):
         ensure_stark_files("prime", tmp_path, online=False)
 
 
 def test_nothing_there_names_first_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"brand-category-color/node_info\.pkl"):
+    with pytest.raises(UserError, match=r"brand-category-color/node_info\.pkl"):
         ensure_stark_files("amazon", tmp_path, online=False)

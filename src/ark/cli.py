@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from ark.errors import UserError
+
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
@@ -40,22 +42,23 @@ def printer(graph, max_lines: int, out=sys.stdout):
     return on_event
 
 
-def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout) -> dict:
+def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout):
+    from ark import build
     from ark.agent.runner import run_query
-    from ark.stages.evaluate import make_policy, make_toolbox
 
     cfg = compose(overrides)
-    toolbox = make_toolbox(cfg)
+    build.validate(cfg)
+    toolbox = build.toolbox(cfg)
     g = toolbox.graph
     print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
           file=out)
-    with make_policy(cfg, toolbox) as (policy, _):
+    with build.policy(cfg, toolbox) as policy:
         record = asyncio.run(run_query(policy, toolbox, {"id": "ask", "query": question}, cfg.agent.n_agents,
                                        cfg.agent.T_max, cfg.agent.aggregation, cfg.seed, printer(g, max_lines, out)))
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
-    for rank, v in enumerate(record["ranking"], 1):
+    for rank, v in enumerate(record.ranking, 1):
         print(f"{rank:>3}. [{v}] {g.type_name(v)} | {g.name[v]}", file=out)
-    if not record["ranking"]:
+    if not record.ranking:
         print("  (empty)", file=out)
     return record
 
@@ -71,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         record = ask(args.question, args.overrides, args.lines)
-    except (FileNotFoundError, ValueError) as e:
+    except UserError as e:
         print(f"ark: {e}", file=sys.stderr)
         return 2
     if args.json:
-        args.json.write_text(json.dumps(record, indent=1))
+        args.json.write_text(json.dumps(record.to_dict(), indent=1))
     return 0
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
+
+from ark.errors import UserError
 
 PACKAGES = ("ark", "numpy", "scipy", "pandas", "pyarrow", "bm25s", "hydra-core", "omegaconf", "dvc",
             "litellm", "wandb", "torch", "transformers", "peft", "trl", "accelerate")
@@ -60,7 +61,7 @@ def write_jsonl(path: str | Path, rows) -> int:
 def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
+        raise UserError(f"{path} does not exist")
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -68,7 +69,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                    raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     return rows
 
 
@@ -96,26 +97,10 @@ def hash_paths(paths) -> dict[str, str]:
 
 
 def package_versions() -> dict[str, str]:
-    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
+    versions = {"python": sys.version.split()[0]}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
     return versions
-
-
-def provenance(cfg, data_paths) -> dict:
-    """What a results file carries: resolved config, package versions, data hashes."""
-    from omegaconf import OmegaConf
-
-    config = OmegaConf.to_container(cfg, resolve=True) if cfg is not None else {}
-    config.pop("hydra", None)
-    return {"config": config, "versions": package_versions(), "data": hash_paths(data_paths)}
-
-
-def write_run_metrics(out_dir: str | Path, metrics: dict, cfg) -> None:
-    """``metrics.json`` of an evaluation: the metrics plus config, versions and hashes of the data it read."""
-    graph = Path(cfg.dataset.graph_dir)
-    inputs = [Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl", graph / "summary.json", graph / "nodes.parquet"]
-    write_json(Path(out_dir) / "metrics.json", {**metrics, **provenance(cfg, inputs)})

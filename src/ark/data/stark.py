@@ -16,6 +16,7 @@ import ast
 import csv
 from pathlib import Path
 
+from ark.errors import UserError
 from ark.data.queries import SPLITS
 
 QA_FILE = "stark_qa/stark_qa.csv"
@@ -28,14 +29,14 @@ def stark_qa_dir(root: str | Path, name: str) -> Path:
     key = name.lower().removeprefix("stark_")
     key = "prime" if key == "primekg" else key
     if key not in FOLDER_NAMES:
-        raise ValueError(f"unknown STaRK dataset {name!r}; valid: {', '.join(FOLDER_NAMES)}")
+        raise UserError(f"unknown STaRK dataset {name!r}; valid: {', '.join(FOLDER_NAMES)}")
     folders = [Path(root) / f for f in FOLDER_NAMES[key]]
     return next((f for f in folders if f.exists()), folders[0])
 
 
 def _require(path: Path) -> Path:
     if not path.exists():
-        raise FileNotFoundError(
+        raise UserError(
             f"STaRK QA file {path} is missing; get qa/<name>/ from the Hugging Face dataset snap-stanford/stark"
         )
     return path
@@ -72,7 +73,7 @@ def load_stark_splits(qa_dir: str | Path, splits=SPLITS) -> dict[str, list[dict]
         ids = read_split_ids(qa_dir / "split" / f"{split}.index")
         unknown = [i for i in ids if i not in by_id]
         if unknown:
-            raise ValueError(f"{split}.index lists {len(unknown)} ids not in {QA_FILE}, e.g. {unknown[0]}")
+            raise UserError(f"{split}.index lists {len(unknown)} ids not in {QA_FILE}, e.g. {unknown[0]}")
         result[split] = [by_id[i] for i in ids]
     return result
 

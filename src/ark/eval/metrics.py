@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ark.errors import UserError
+
 DEFAULT_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 STARK_METRICS = (
     "hit@1", "hit@3", "hit@5", "hit@10", "hit@20", "hit@50",
@@ -34,7 +36,7 @@ def parse_metric(name: str) -> tuple[str, int | None]:
         return "mrr", None
     if kind in _KINDS_WITH_K and k.isdigit() and int(k) > 0:
         return kind, int(k)
-    raise ValueError(f"unknown metric {name!r}; use mrr or hit@k, recall@k, precision@k with k >= 1")
+    raise UserError(f"unknown metric {name!r}; use mrr or hit@k, recall@k, precision@k with k >= 1")
 
 
 def as_candidates(candidates):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ark.errors import UserError
 from ark.io import atomic_dir
 
 OUT, IN = 1, 0  # direction of a CSR entry as seen from the row's node
@@ -169,7 +170,7 @@ class Graph:
         directory = Path(directory)
         missing = [f for f in ("schema.json", "nodes.parquet", "edges.parquet") if not (directory / f).exists()]
         if missing:
-            raise FileNotFoundError(f"no graph at {directory}: missing {', '.join(missing)} (run the build_graph stage)")
+            raise UserError(f"no graph at {directory}: missing {', '.join(missing)} (run the build_graph stage)")
         schema = json.loads((directory / "schema.json").read_text())
         nodes = pd.read_parquet(directory / "nodes.parquet")
         edges = pd.read_parquet(directory / "edges.parquet")

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ark.errors import UserError
 from ark.graph.graph import Graph
 
 STARK_REPO = "snap-stanford/stark"
@@ -81,7 +82,7 @@ def canonical_name(name: str) -> str:
     key = name.lower().removeprefix("stark_").removeprefix("stark-")
     key = {"primekg": "prime"}.get(key, key)
     if key not in NAMES:
-        raise ValueError(f"unknown STaRK SKB {name!r}; valid: {', '.join(NAMES)}")
+        raise UserError(f"unknown STaRK SKB {name!r}; valid: {', '.join(NAMES)}")
     return key
 
 
@@ -128,7 +129,7 @@ def ensure_stark_files(
         missing = missing_files(name, root)
     if missing:
         target = skb_dir(name, root)
-        raise FileNotFoundError(
+        raise UserError(
             f"STaRK {name.upper()} file {missing[0]} is missing"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
             + f". Get it with: huggingface-cli download {STARK_REPO} --repo-type dataset "
@@ -434,7 +435,7 @@ def load_stark_skb(
     try:
         infos = [node_info[i] for i in range(n)]
     except KeyError as missing:
-        raise ValueError(
+        raise UserError(
             f"STaRK {name} node_info.pkl has no entry for node {missing} (expected 0..{n - 1})"
         ) from None
     if name == "prime":

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ark.errors import UserError
+
 
 class Relevance(Protocol):
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]: ...
@@ -27,7 +29,7 @@ def build_relevance(kind: str, docs, params: dict):
         from ark.index.dense import DenseIndex
 
         return DenseIndex.build(docs, **params)
-    raise ValueError(f"unknown retriever {kind!r} (expected bm25 or dense)")
+    raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")
 
 
 def load_relevance(kind: str, directory: str | Path) -> Relevance:
@@ -39,4 +41,4 @@ def load_relevance(kind: str, directory: str | Path) -> Relevance:
         from ark.index.dense import DenseIndex
 
         return DenseIndex.load(directory)
-    raise ValueError(f"unknown retriever {kind!r} (expected bm25 or dense)")
+    raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")

@@ -15,6 +15,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
+from ark.errors import UserError
 from ark.index.topk import top_k
 
 
@@ -48,7 +49,7 @@ class BM25Index:
     def load(cls, directory: str | Path, mmap: bool = True) -> "BM25Index":
         directory = Path(directory)
         if not (directory / "ark_bm25.json").exists():
-            raise FileNotFoundError(f"no BM25 index at {directory} (run the build_index stage)")
+            raise UserError(f"no BM25 index at {directory} (run the build_index stage)")
         cfg = json.loads((directory / "ark_bm25.json").read_text())
         retriever = bm25s.BM25.load(str(directory), mmap=mmap)
         return cls(retriever, cfg["stopwords"], cfg["stemmer"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ark.errors import UserError
 from ark.index.topk import top_k
 
 
@@ -55,7 +56,7 @@ class DenseIndex:
     def load(cls, directory: str | Path) -> "DenseIndex":
         directory = Path(directory)
         if not (directory / "ark_dense.json").exists():
-            raise FileNotFoundError(f"no dense index at {directory} (run build_index with retriever=dense)")
+            raise UserError(f"no dense index at {directory} (run build_index with retriever=dense)")
         cfg = json.loads((directory / "ark_dense.json").read_text())
         return cls(np.load(directory / "embeddings.npy", mmap_mode="r"), bf16=cfg["bf16"])
 

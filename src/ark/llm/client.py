@@ -1,7 +1,9 @@
 """Every model call goes through here: litellm, an on-disk response cache, retries, accounting.
 
-The cache key is the full request (model, messages, tools, sampling parameters) plus the agent index,
-so n stochastic agents stay distinct and a rerun replays exactly without calling the model. A replay
+The cache key is the full request (model, messages, tools, tool choice, sampling parameters), the agent index
+and the endpoint's identity (a local model's weights, adapter, dtype and decoding mode; a server's address),
+so n stochastic agents stay distinct, another model or server never answers from this one's cache, and a
+rerun replays exactly without calling the model. A replay
 returns the stored tokens, cost and latency, so metrics of a replayed run equal the original's.
 API keys are read from the environment variable a backbone names and passed to litellm only; they
 are never part of a cache key, a record or a log line.
@@ -22,6 +24,8 @@ from pathlib import Path
 
 import litellm
 
+from ark.llm.result import LLMResult
+
 litellm.suppress_debug_info = True
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):  # one INFO line per call otherwise
     logging.getLogger(_name).setLevel(logging.WARNING)
@@ -33,18 +37,6 @@ RETRYABLE = (
     litellm.exceptions.Timeout,
     litellm.exceptions.APIConnectionError,
 )
-
-
-@dataclass
-class LLMResult:
-    message: dict | None  # the assistant message (role, content, tool_calls), None when the call failed
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    latency: float = 0.0
-    attempts: int = 0
-    cached: bool = False
-    error: str | None = None
 
 
 class ResponseCache:
@@ -108,11 +100,13 @@ def request_key(request: dict) -> str:
 
 class LLMClient:
     def __init__(self, backbone: Backbone, cache: ResponseCache | None = None, retry: RetryPolicy = RetryPolicy(),
-                 api_base: str | None = None):
+                 api_base: str | None = None, endpoint_identity: dict | None = None):
         self.backbone = backbone
         self.cache = cache
         self.retry = retry
-        self.api_base = api_base or backbone.api_base  # a local server's address is not part of the request
+        self.api_base = api_base or backbone.api_base
+        # what answers: a local model's identity (its loopback port changes every run), else the server address
+        self.endpoint = endpoint_identity if endpoint_identity is not None else {"api_base": self.api_base}
         self.calls = 0  # model calls actually made (cache hits excluded)
 
     def request(self, messages: list[dict], tools: list[dict] | None, seed: int) -> dict:
@@ -129,7 +123,7 @@ class LLMClient:
     async def complete(self, messages: list[dict], tools: list[dict] | None, agent_index: int = 0,
                        seed: int = 0) -> LLMResult:
         req = self.request(messages, tools, seed)
-        key = request_key({**req, "agent_index": agent_index})
+        key = request_key({**req, "agent_index": agent_index, "endpoint": self.endpoint})
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

@@ -2,16 +2,22 @@
 import functools
 import sys
 
+from ark.errors import IncompleteRun, UserError
+
 
 def clear_errors(main):
-    """Bad input ends a stage with one line on stderr and exit status 2 instead of a traceback."""
+    """A ``UserError`` ends a stage with one line on stderr and exit status 2; a run with incomplete queries
+    with one line and exit status 1. Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(main)
     def wrapper(cfg):
         try:
             return main(cfg)
-        except (FileNotFoundError, ValueError) as e:
+        except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except IncompleteRun as e:
+            print(f"incomplete: {e}", file=sys.stderr)
+            sys.exit(1)
 
     return wrapper

@@ -1,29 +1,24 @@
 """Stage baseline: one global search per query ranks the nodes (BM25 or dense); scored with STaRK's metrics.
 
-Writes ``records.jsonl`` (one line per query: id, ranking, scores, per-query metrics) and
-``metrics.json`` (means, config, package versions, data hashes) under
-``results/runs/baseline/<dataset>/<queries>/<retriever>/``.
+Writes a run directory (``ark.runs``): records.jsonl (per query: id, query, ranking and its retrieval scores;
+no gold), scores.jsonl, metrics.json, config.yaml, provenance.json.
 """
-from pathlib import Path
+import time
 
 import hydra
 import numpy as np
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from ark.data.queries import load_queries
-from ark.eval.metrics import as_candidates, mean_scores, score_query
-from ark.graph import load_graph
-from ark.index import load_relevance
-from ark.io import write_jsonl, write_run_metrics
-from ark.tracking import stage_run
+from ark import build
+from ark.eval.metrics import as_candidates
+from ark.eval.score import score_records
+from ark.runs.records import QueryRecord
+from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
+from ark.tracking import stage_run
 
-GROUPS = ("paths", "dataset", "queries", "retriever", "logger")
-
-
-def out_dir(cfg: DictConfig) -> Path:
-    return Path(cfg.paths.results) / "runs" / "baseline" / cfg.dataset.name / cfg.queries.name / cfg.retriever.name
+GROUPS = ("dataset", "queries", "retriever")  # config groups its results depend on
 
 
 def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tuple[list[int], list[float]]:
@@ -40,25 +35,26 @@ def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tu
 
 
 def run(cfg: DictConfig) -> dict:
-    graph = load_graph(cfg.dataset)
-    relevance = load_relevance(cfg.retriever.name, cfg.dataset.index_dir)
-    queries = load_queries(cfg.dataset.queries_dir, cfg.split)
-    if not queries:
-        raise ValueError(f"no queries in {cfg.dataset.queries_dir}/{cfg.split}.jsonl")
+    graph = build.graph(cfg)
+    relevance = build.relevance(cfg)
+    queries = build.queries(cfg, graph.num_nodes)
     restricted = graph.meta.get("candidate_types") is not None
     candidate_array = graph.candidate_ids() if restricted else None
+    run_ = Run(cfg, "baseline")
+    store = run_.open()
+    start = time.perf_counter()
+    for q in tqdm(queries, desc=f"baseline {cfg.queries.name}/{cfg.retriever.name}", mininterval=2,
+                  disable=not cfg.eval.progress):
+        if not store.done(q["id"]):
+            ranking, scores = rank(relevance, q["query"], cfg.baseline.depth, candidate_array)
+            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
+    records = store.finalize([q["id"] for q in queries])
+    gold = {q["id"]: q["answer_ids"] for q in queries}
     candidates = as_candidates(candidate_array) if restricted else None
-    records, per_query = [], []
-    for q in tqdm(queries, desc=f"baseline {cfg.queries.name}/{cfg.retriever.name}", mininterval=2):
-        ranking, scores = rank(relevance, q["query"], cfg.baseline.depth, candidate_array)
-        m = score_query(ranking, q["answer_ids"], list(cfg.metrics), candidates)
-        per_query.append(m)
-        records.append({"id": q["id"], "query": q["query"], "ranking": ranking, "scores": scores, "metrics": m})
-    out = out_dir(cfg)
-    write_jsonl(out / "records.jsonl", records)
-    metrics = {**mean_scores(per_query), "split": cfg.split}
-    write_run_metrics(out, metrics, cfg)
-    return metrics
+    scores, metrics = score_records(records, gold, list(cfg.metrics), candidates)
+    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
+    run_.finish(scores, metrics, {}, data_inputs(cfg))
+    return {**metrics, "run_dir": str(run_.dir)}
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
@@ -66,10 +62,10 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "baseline") as log:
         metrics = run(cfg)
-        log.log(metrics)
-    shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+        log.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    shown = " ".join(f"{k}={metrics[k]:.4f}" for k in cfg.metrics)
     print(f"baseline {cfg.dataset.name}/{cfg.queries.name}/{cfg.retriever.name} "
-          f"({metrics['n_queries']} queries, {cfg.split}): {shown}")
+          f"({metrics['n_queries']} queries, {cfg.split}): {shown} -> {metrics['run_dir']}")
 
 
 if __name__ == "__main__":

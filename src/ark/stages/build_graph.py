@@ -2,11 +2,12 @@
 import hydra
 from omegaconf import DictConfig
 
+from ark.errors import UserError
 from ark.graph import Graph
 from ark.tracking import stage_run
 from ark.stages import clear_errors
 
-GROUPS = ("paths", "dataset", "logger")
+GROUPS = ("dataset",)  # config groups its results depend on
 
 
 def build(cfg: DictConfig) -> Graph:
@@ -21,7 +22,7 @@ def build(cfg: DictConfig) -> Graph:
         from ark.graph.stark import load_stark_skb
 
         return load_stark_skb(ds.skb, ds.raw_dir, online=ds.online, relations=ds.relations)
-    raise ValueError(f"unknown dataset kind {ds.kind!r}")
+    raise UserError(f"unknown dataset kind {ds.kind!r}")
 
 
 def run(cfg: DictConfig) -> dict:

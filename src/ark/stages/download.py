@@ -6,11 +6,12 @@ STaRK: the HF files, only when absent and ``dataset.online=true``.
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ark.errors import UserError
 from ark.io import hash_paths, write_json
 from ark.tracking import stage_run
 from ark.stages import clear_errors
 
-GROUPS = ("paths", "dataset", "logger")
+GROUPS = ("dataset",)  # config groups its results depend on
 
 
 def run(cfg: DictConfig) -> dict:
@@ -24,7 +25,7 @@ def run(cfg: DictConfig) -> dict:
 
         paths = {ds.skb: str(ensure_stark_files(ds.skb, ds.raw_dir, revision=ds.revision, online=ds.online))}
     else:
-        raise ValueError(f"unknown dataset kind {ds.kind!r}")
+        raise UserError(f"unknown dataset kind {ds.kind!r}")
     result = {"dataset": ds.name, "files": hash_paths(paths.values())}
     write_json(f"{ds.raw_dir}/sources.json", result)
     return result

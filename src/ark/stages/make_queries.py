@@ -2,12 +2,13 @@
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ark.errors import UserError
 from ark.data.queries import write_query_splits
 from ark.graph import load_graph
 from ark.tracking import stage_run
 from ark.stages import clear_errors
 
-GROUPS = ("paths", "dataset", "queries", "logger")
+GROUPS = ("queries",)  # config groups its results depend on (the graph is a file dependency)
 
 
 def make(cfg: DictConfig) -> tuple[dict, dict]:
@@ -29,7 +30,7 @@ def make(cfg: DictConfig) -> tuple[dict, dict]:
         if q.human:
             return {"test": load_stark_human_eval(q.qa_dir)}, {}
         return load_stark_splits(q.qa_dir), {}
-    raise ValueError(f"unknown query kind {q.kind!r}")
+    raise UserError(f"unknown query kind {q.kind!r}")
 
 
 def run(cfg: DictConfig) -> dict:

@@ -7,6 +7,7 @@ Ablations are tool-set configurations: ``neighbors=False`` removes ``search_in_n
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 
@@ -37,7 +38,8 @@ class ToolConfig:
 @dataclass
 class Observation:
     text: str
-    error: str | None = None  # set when the call was invalid
+    error: str | None = None  # set when the call was invalid or the tool failed
+    tool_failed: bool = False  # the tool itself raised (a bug or a broken index), not a bad call
     nodes: list[int] = field(default_factory=list)  # node ids shown, in order
 
 
@@ -128,6 +130,10 @@ class Toolbox:
             return getattr(self, name)(state=state, **args)
         except ToolError as e:
             return Observation(text=f"Error: {e}", error=str(e))
+        except Exception as e:  # a failing tool must not end the run: the agent sees it, the record counts it
+            error = f"the tool {name} failed ({type(e).__name__}: {e})"
+            logging.getLogger(__name__).warning("%s", error, exc_info=True)
+            return Observation(text=f"Error: {error}", error=error, tool_failed=True)
 
     # ------------------------------------------------------------------ tools
     def search_in_graph(self, query, size=None, state: AnswerState | None = None) -> Observation:

@@ -1,0 +1,112 @@
+"""Config -> objects, in one place: graph, relevance, toolbox, queries, policy (with its client and, for the
+embedded model, its loopback server). Used by the stages and by ``ark ask`` alike.
+
+Adding a graph: a ``conf/dataset/<name>.yaml`` (and a ``kind`` in ``ark.stages.build_graph``).
+Adding a backbone: a ``conf/backbone/<name>.yaml`` with one of the ``kind`` values below.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from omegaconf import DictConfig, OmegaConf
+
+from ark.errors import UserError
+
+AGGREGATIONS = ("voting", "ordering", "random")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Config values checked before any work (one clear error, nothing written)."""
+    a = cfg.agent
+    for name, value in (("agent.T_max", a.T_max), ("agent.n_agents", a.n_agents),
+                        ("eval.concurrency", cfg.eval.concurrency)):
+        if not isinstance(value, int) or value < 1:
+            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
+    if cfg.eval.limit is not None and (not isinstance(cfg.eval.limit, int) or cfg.eval.limit < 0):
+        raise UserError(f"eval.limit must be null or an integer >= 0, got {cfg.eval.limit!r}")
+    if a.aggregation not in AGGREGATIONS:
+        raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
+
+
+def graph(cfg: DictConfig):
+    from ark.graph import load_graph
+
+    return load_graph(cfg.dataset)
+
+
+def relevance(cfg: DictConfig):
+    from ark.index import load_relevance
+
+    return load_relevance(cfg.retriever.name, cfg.dataset.index_dir)
+
+
+def toolbox(cfg: DictConfig):
+    from ark.tools.toolbox import ToolConfig, Toolbox
+
+    return Toolbox(graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
+
+
+def queries(cfg: DictConfig, num_nodes: int) -> list[dict]:
+    """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph."""
+    from ark.data.queries import load_queries
+
+    rows = load_queries(cfg.dataset.queries_dir, cfg.split)
+    if cfg.eval.limit is not None:
+        rows = rows[: cfg.eval.limit]
+    if not rows:
+        raise UserError(f"no queries in {cfg.dataset.queries_dir}/{cfg.split}.jsonl")
+    seen = set()
+    for i, q in enumerate(rows, 1):
+        where = f"{cfg.dataset.queries_dir}/{cfg.split}.jsonl row {i}"
+        if not isinstance(q.get("id"), str) or not isinstance(q.get("query"), str) or not q["query"].strip():
+            raise UserError(f"{where}: needs a string 'id' and a non-empty string 'query'")
+        if q["id"] in seen:
+            raise UserError(f"{where}: duplicate query id {q['id']!r}")
+        seen.add(q["id"])
+        gold = q.get("answer_ids")
+        if not isinstance(gold, list) or not all(isinstance(v, int) and 0 <= v < num_nodes for v in gold):
+            raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1}")
+    return rows
+
+
+@contextlib.contextmanager
+def local_server(cfg: DictConfig):
+    """(server, model identity) of the embedded model behind a loopback OpenAI-compatible server."""
+    from ark.llm.local import LocalChatModel
+    from ark.llm.server import ChatServer
+
+    b = cfg.backbone
+    model = LocalChatModel(**OmegaConf.to_container(b.local, resolve=True), cache_dir=cfg.paths.models,
+                           threads=cfg.cpu_threads)
+    with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1]) as server:
+        yield server, model.identity
+
+
+def client(cfg: DictConfig, api_base: str | None = None, endpoint_identity: dict | None = None):
+    from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+
+    cache = ResponseCache(cfg.llm.cache) if cfg.llm.cache else None
+    retry = RetryPolicy(**OmegaConf.to_container(cfg.llm.retry))
+    return LLMClient(Backbone.from_cfg(cfg.backbone), cache, retry, api_base=api_base,
+                     endpoint_identity=endpoint_identity)
+
+
+@contextlib.contextmanager
+def policy(cfg: DictConfig, tools):
+    """The policy of ``cfg.backbone`` for the duration of the block (``policy.client``: its LLM client or None)."""
+    b = cfg.backbone
+    if b.kind == "rules":
+        from ark.agent.policies import RulesPolicy
+
+        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand)
+        return
+    from ark.agent.policies import LLMPolicy
+
+    if b.kind == "local":
+        with local_server(cfg) as (server, identity):
+            yield LLMPolicy(client(cfg, server.url, identity), tools, cfg.seed)
+        return
+    if b.kind == "litellm":
+        yield LLMPolicy(client(cfg), tools, cfg.seed)
+        return
+    raise UserError(f"backbone {b.name}: unknown kind {b.kind!r} (expected rules, local or litellm)")

@@ -1,0 +1,79 @@
+"""Run identity: the resolved settings that can change a run's result -> a directory name.
+
+A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(cfg, stage)``,
+so two configurations never share a directory and the same configuration resumes. Settings that cannot
+change a result (paths, logger, concurrency, progress bars, cache location, threads) are not part of it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from ark.io import hash_paths
+
+# keys dropped from a group: where things are on this machine, and how fast they run
+NOT_IDENTITY = {
+    "dataset": {"raw_dir", "graph_dir", "index_dir", "queries_dir", "root"},
+    "queries": {"qa_dir"},
+    "backbone": {"api_base", "api_key_env"},
+    "retriever": set(),
+}
+NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}
+
+# which groups and top-level settings decide each stage's result
+STAGE_SETTINGS = {
+    "baseline": ("dataset", "queries", "retriever", "split", "eval.limit", "baseline.depth"),
+    "evaluate": ("dataset", "queries", "retriever", "split", "eval.limit", "backbone", "prompt", "agent",
+                 "ablation", "seed"),
+}
+
+
+def _select(cfg: DictConfig, key: str):
+    value = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+
+def identity(cfg: DictConfig, stage: str) -> dict:
+    """The result-affecting settings of a ``stage`` run, as plain data (what ``config.yaml`` of the run holds)."""
+    if stage not in STAGE_SETTINGS:
+        raise KeyError(f"no run identity defined for stage {stage!r}")
+    out: dict = {"stage": stage}
+    for key in STAGE_SETTINGS[stage]:
+        value = _select(cfg, key)
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ())}
+            if key == "queries" and value.get("source"):
+                value["source"] = Path(str(value["source"])).name  # the file, not where this checkout keeps it
+            if key == "backbone" and isinstance(value.get("local"), dict):
+                local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
+                if local.get("adapter"):  # a retrained adapter at the same path is another model
+                    local["adapter_sha256"] = hash_paths([local["adapter"]]).get(str(Path(local["adapter"])))
+                value["local"] = local
+        if value is not None or key in ("seed", "eval.limit"):
+            out[key] = value
+    return out
+
+
+def identity_hash(ident: dict) -> str:
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:10]
+
+
+def readable_name(ident: dict) -> str:
+    """``<dataset>-<queries>-<split>[-<backbone>-<ablation>-T<T>A<n>]`` or ``…-<retriever>`` for baselines."""
+    parts = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
+    if ident["stage"] == "baseline":
+        parts.append(ident["retriever"]["name"])
+    else:
+        a = ident["agent"]
+        parts += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}A{a['n_agents']}"]
+    if ident.get("eval.limit"):
+        parts.append(f"first{ident['eval.limit']}")
+    return "-".join(str(p).replace("/", "_") for p in parts)
+
+
+def run_dir(cfg: DictConfig, stage: str) -> Path:
+    ident = identity(cfg, stage)
+    return Path(cfg.run.root) / f"{readable_name(ident)}-{identity_hash(ident)}"

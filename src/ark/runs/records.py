@@ -1,0 +1,69 @@
+"""The record schema (DESIGN §4.4), one home for the loop, the runner, the stages, analyses and SFT data.
+
+``records.jsonl`` holds one ``QueryRecord`` per line: the query, every agent's ``Trajectory`` and the fused
+ranking, plus timings. Nothing derived from gold labels is in it: per-query scores go to ``scores.jsonl``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+
+@dataclass
+class Trajectory:
+    """One agent's run on one query."""
+
+    agent: int
+    messages: list[dict]  # OpenAI chat format, tool calls and results included
+    answer: list[int] = field(default_factory=list)
+    steps: int = 0
+    finished: bool = False
+    model_time: list[float] = field(default_factory=list)  # seconds per step (replayed from the LLM cache)
+    tool_time: list[float] = field(default_factory=list)  # seconds per step spent in the tools
+    tokens: list[list[int]] = field(default_factory=list)  # [prompt, completion] per step
+    cost: float = 0.0
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    invalid_calls: int = 0  # tool calls answered with an error observation (bad call or a failing tool)
+    tool_failures: int = 0  # of which the tool itself raised
+    replies_without_call: int = 0
+    errors: list[str] = field(default_factory=list)  # model calls that failed after their retries
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(t[0] for t in self.tokens)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(t[1] for t in self.tokens)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trajectory":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass
+class QueryRecord:
+    """One query of a run: its agents and the fused ranking (baselines: no agents, ranking scores)."""
+
+    id: str
+    query: str
+    ranking: list[int]
+    agents: list[Trajectory] = field(default_factory=list)
+    ranking_scores: list[float] | None = None  # retrieval scores of a baseline's ranking
+    wall_time: float = 0.0  # seconds from the query's start to its slowest agent's end
+
+    @property
+    def complete(self) -> bool:
+        """Every agent ran without a failed model call."""
+        return not any(a.errors for a in self.agents)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["ranking_scores"] is None:
+            del d["ranking_scores"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "QueryRecord":
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in d.items() if k in known},
+                      "agents": [Trajectory.from_dict(a) for a in d.get("agents", [])]})

@@ -1,0 +1,225 @@
+"""Runs as data: identity -> directory, the record schema without gold, cache keys, honest exits."""
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ark.runs.identity import identity
+from ark.runs.store import Run, load_run
+from tests.conftest import ROOT, compose_cfg
+from tests.fake_openai import ScriptedEndpoint
+
+RESULT_AFFECTING = [
+    "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "eval.limit=2",
+    "retriever=dense", "retriever.params.k1=1.5", "backbone=gpt-4o", "backbone.temperature=0.2",
+    "backbone.tool_mode=text", "backbone.max_tokens=99", "backbone.local.constrained=false",
+    "backbone.local.dtype=float32", "agent.T_max=7", "agent.n_agents=2", "agent.aggregation=ordering",
+    "agent.global_k=9", "agent.neighbor_k=5", "seed=3", "ablation=no_q", "ablation=no_neighbors",
+]
+NOT_RESULT_AFFECTING = ["eval.concurrency=1", "logger=none", "logger.project=other", "eval.progress=false",
+                        "llm.cache=/tmp/elsewhere.sqlite", "paths.logs=/tmp/logs", "cpu_threads=1",
+                        "backbone.api_base=http://10.0.0.1:8000/v1", "llm.retry.max_attempts=2"]
+
+
+def run_name(overrides, stage="evaluate"):
+    return Run(compose_cfg(["backbone=local_smollm2", *overrides]), stage).name
+
+
+def test_each_result_affecting_setting_gets_its_own_run_directory():
+    names = [run_name([])] + [run_name([o]) for o in RESULT_AFFECTING]
+    assert len(set(names)) == len(names), [o for o, n in zip([""] + RESULT_AFFECTING, names) if names.count(n) > 1]
+
+
+def test_runtime_settings_keep_the_same_run():
+    base = run_name([])
+    assert all(run_name([o]) == base for o in NOT_RESULT_AFFECTING)
+
+
+def test_an_adapter_is_part_of_the_identity_by_content(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"v1")
+    first = run_name([f"backbone.local.adapter={adapter}"])
+    (adapter / "adapter_model.safetensors").write_bytes(b"v2")  # retrained at the same path
+    assert run_name([f"backbone.local.adapter={adapter}"]) != first != run_name([])
+
+
+def write_split(tiny_project, split, rows):
+    from ark.io import write_jsonl
+
+    cfg = compose_cfg(tiny_project)
+    write_jsonl(Path(cfg.dataset.queries_dir) / f"{split}.jsonl", rows)
+
+
+def rules_cfg(tiny_project, *extra):
+    return compose_cfg(tiny_project + ["retriever.params.stemmer=null", "backbone=rules", "agent.n_agents=1",
+                                       "eval.progress=false", *extra])
+
+
+@pytest.fixture
+def tiny_rules(tiny_project):
+    from ark.stages import build_index
+
+    build_index.run(compose_cfg(tiny_project + ["retriever.params.stemmer=null"]))
+    write_split(tiny_project, "train", [{"id": "t1", "query": "Which phenotype of Marfan disease", "answer_ids": [2]},
+                                        {"id": "t2", "query": "long fingers", "answer_ids": [3]}])
+    return tiny_project
+
+
+def test_train_collection_and_test_evaluation_keep_both_record_files(tiny_rules):
+    from ark.stages import evaluate
+
+    train = evaluate.run(rules_cfg(tiny_rules, "split=train"))
+    test = evaluate.run(rules_cfg(tiny_rules))
+    assert train["run_dir"] != test["run_dir"]
+    for result, ids in ((train, ["t1", "t2"]), (test, ["q1", "q2", "q3"])):
+        config, records = load_run(result["run_dir"])
+        assert [r.id for r in records] == ids and config["split"] == ("train" if ids[0] == "t1" else "test")
+
+
+def _keys(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield k
+            yield from _keys(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _keys(v)
+
+
+def test_records_hold_no_gold_and_no_score(tiny_rules):
+    from ark.stages import evaluate
+
+    result = evaluate.run(rules_cfg(tiny_rules))
+    run_dir = Path(result["run_dir"])
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    forbidden = {"answer_ids", "gold", "metrics", "scores", "hit@1", "hit@5", "recall@20", "mrr", "complete"}
+    for line in lines:
+        assert not forbidden & set(_keys(json.loads(line))), line[:200]
+    scores = [json.loads(line) for line in (run_dir / "scores.jsonl").read_text().splitlines()]
+    assert [s["id"] for s in scores] == ["q1", "q2", "q3"] and all("hit@1" in s for s in scores)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert all(isinstance(v, (int, float)) for v in metrics.values()) and metrics["n_queries"] == 3
+
+
+def test_stored_config_is_the_identity_and_a_rerun_resumes(tiny_rules):
+    from ark.stages import evaluate
+
+    cfg = rules_cfg(tiny_rules)
+    first = evaluate.run(cfg)
+    config, _ = load_run(first["run_dir"])
+    assert config == identity(cfg, "evaluate") and config["backbone"]["name"] == "rules"
+    again = evaluate.run(rules_cfg(tiny_rules, "eval.concurrency=1"))
+    assert again["run_dir"] == first["run_dir"] and again["hit@1"] == first["hit@1"]
+
+
+# ------------------------------------------------------------------ the LLM cache key
+def _complete(client, messages):
+    return asyncio.run(client.complete(messages, None, agent_index=0, seed=0))
+
+
+def test_another_model_or_server_misses_the_cache(tmp_path):
+    from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    backbone = Backbone(name="local", model="openai/smollm2", temperature=0.7, max_tokens=32)
+    base = {"gguf_sha256": "aa", "adapter_sha256": None, "dtype": "bfloat16", "constrained": True}
+    variants = [{**base, "adapter_sha256": "bb"}, {**base, "constrained": False}, None]  # None: another server
+    messages = [{"role": "user", "content": "Question: x"}]
+    endpoint, other = ScriptedEndpoint(), ScriptedEndpoint()
+    with endpoint.serve() as server, other.serve() as other_server:
+        _complete(LLMClient(backbone, cache, RetryPolicy(), server.url, base), messages)
+        _complete(LLMClient(backbone, cache, RetryPolicy(), server.url, base), messages)
+        assert endpoint.calls == 1  # the same model replays
+        for i, ident in enumerate(variants, 1):
+            url = other_server.url if ident is None else server.url
+            _complete(LLMClient(backbone, cache, RetryPolicy(), url, ident), messages)
+        calls = endpoint.calls + other.calls
+        assert calls == 1 + len(variants)
+        # keyed by its address alone, this server is not the model identified above
+        _complete(LLMClient(backbone, cache, RetryPolicy(), server.url), messages)
+        assert endpoint.calls + other.calls == calls + 1
+
+
+# ------------------------------------------------------------------ honest exits
+def _evaluate(args, tmp_path, server_url, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "ark.stages.evaluate", *args, "backbone=gpt-4.1", "backbone.model=openai/fake",
+         f"backbone.api_base={server_url}", "backbone.api_key_env=null", "retriever.params.stemmer=null",
+         "agent.n_agents=1", "agent.T_max=3", "llm.retry.max_attempts=2", "llm.retry.base_delay=0.01",
+         f"llm.cache={tmp_path}/llm.sqlite", f"hydra.run.dir={tmp_path}/hydra", "eval.progress=false"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_rules, tmp_path):
+    failing = ScriptedEndpoint(fail_first=10**6, status=401)
+    with failing.serve() as server:
+        out = _evaluate(tiny_rules, tmp_path, server.url)
+        run_dir = Run(compose_cfg(tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake",
+                                                "retriever.params.stemmer=null", "agent.n_agents=1",
+                                                "agent.T_max=3"]), "evaluate").dir
+    assert out.returncode == 1, out.stderr[-1000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("incomplete: 3 of 3 queries are incomplete") and "Traceback" not in out.stderr
+    assert not (run_dir / "metrics.json").exists()  # nothing a DVC stage could record as done
+    healthy = ScriptedEndpoint()
+    with healthy.serve() as server:
+        again = _evaluate(tiny_rules, tmp_path, server.url)
+    assert again.returncode == 0, again.stderr[-1000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["n_queries"] == 3 and healthy.calls == 3 * 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("agent.T_max=0", "agent.T_max must be an integer >= 1"),
+    ("agent.n_agents=0", "agent.n_agents must be"),
+    ("eval.concurrency=0", "eval.concurrency must be"),
+    ("eval.limit=-1", "eval.limit must be"),
+    ("agent.aggregation=borda", "agent.aggregation must be one of"),
+])
+def test_bad_config_values_exit_2_before_any_work(tiny_rules, tmp_path, override, message):
+    out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *tiny_rules, "backbone=rules", override,
+                          "retriever.params.stemmer=null", f"hydra.run.dir={tmp_path}/hydra"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}")
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_malformed_query_rows_exit_2(tiny_rules, tmp_path):
+    write_split(tiny_rules, "test", [{"id": "q1", "query": "x", "answer_ids": [999]}])
+    out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *tiny_rules, "backbone=rules",
+                          "retriever.params.stemmer=null", f"hydra.run.dir={tmp_path}/hydra"],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "answer_ids must be a list of node ids in 0..30" in out.stderr
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_an_exception_inside_a_tool_becomes_an_error_observation():
+    from ark.tools.toolbox import AnswerState, Toolbox
+    from tests.helpers import tiny_graph, tiny_index
+
+    g = tiny_graph()
+
+    class BrokenIndex:
+        def search(self, query, k):
+            raise IndexError("corrupt posting list")
+
+    obs = Toolbox(g, BrokenIndex()).call("search_in_graph", '{"query": "heart"}', AnswerState())
+    assert obs.tool_failed and obs.text.startswith("Error: the tool search_in_graph failed (IndexError")
+    ok = Toolbox(g, tiny_index(g)).call("search_in_graph", '{"query": "heart"}', AnswerState())
+    assert not ok.tool_failed and ok.error is None
+
+
+def test_a_rules_run_imports_neither_litellm_nor_torch(tiny_rules, tmp_path):
+    code = ("import sys; from ark.stages import evaluate; from tests.conftest import compose_cfg; "
+            f"evaluate.run(compose_cfg({tiny_rules + ['retriever.params.stemmer=null', 'backbone=rules', 'eval.progress=false']!r})); "
+            "print(sorted(m for m in ('litellm', 'torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
