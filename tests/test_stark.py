@@ -226,7 +226,7 @@ def test_mag_skb(tmp_path):
 
 
 def test_mag_unknown_values():
-    from ark.graph.stark import mag_doc
+    from ark.graph.stark_documents import mag_doc
 
     doc = mag_doc({"DisplayName": -1, "PaperCount": -1, "CitationCount": 3}, "author")
     assert doc == "- author name: Unknown\n- author citation count: 3\n"
