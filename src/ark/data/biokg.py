@@ -19,7 +19,6 @@ import zipfile
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ark.errors import UserError
