@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ark.agent.aggregate import aggregate, ordering, shuffled, voting
-from ark.agent.loop import parse_text_calls, run_agent
+from ark.agent.loop import run_agent
 from ark.agent.policies import LLMPolicy, RulesPolicy
 from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
 from ark.runs.store import Run
@@ -89,13 +89,6 @@ def test_t_max_stops_the_loop():
                                 "tool_calls": [call("search_in_graph", {"query": "heart"})]}] * 5)
     traj = asyncio.run(run_agent(session, toolbox(), "heart", T_max=3, agent=0))
     assert traj.steps == 3 and not traj.finished and traj.tool_calls == {"search_in_graph": 3}
-
-
-def test_parse_text_calls_finds_json_objects():
-    calls = parse_text_calls('x {"name": "finish", "arguments": {}} y {"tool": "search_in_graph", "args": {"query": "a"}}')
-    assert [c["function"]["name"] for c in calls] == ["finish", "search_in_graph"]
-    assert json.loads(calls[1]["function"]["arguments"]) == {"query": "a"}
-    assert parse_text_calls("no calls {here}") == []
 
 
 def test_rules_policy_is_label_free_and_uses_the_same_tools():

@@ -5,6 +5,7 @@ once per module): a random model is the worst case for the grammar, since it alm
 valid token. The real SmolLM2 runs only in the ``slow`` tests.
 """
 import copy
+import hashlib
 import json
 import threading
 import urllib.request
@@ -14,15 +15,12 @@ import pytest
 import torch
 
 import ark  # noqa: F401  (offline environment defaults)
-from ark.llm.local import (
-    LocalChatModel,
-    ToolCallGrammar,
-    _int_completion,
-    chat_messages,
-    default_gguf_path,
-    format_tool_call,
-)
+from ark.agent.prompt import system_prompt, user_prompt
+from ark.llm.decoding import ToolCallGrammar, grammar_schema
+from ark.llm.local import LocalChatModel
+from ark.llm.protocol import format_tool_call
 from ark.llm.server import ChatServer, HTTPError
+from ark.llm.weights import default_gguf_path, fingerprint, gguf_sha256
 from ark.tools.toolbox import Toolbox
 from tests.helpers import tiny_graph, tiny_index
 
@@ -57,9 +55,19 @@ def local(tiny, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def tools():
+def toolbox():
     g = tiny_graph()
-    return Toolbox(g, tiny_index(g)).schemas()
+    return Toolbox(g, tiny_index(g))
+
+
+@pytest.fixture(scope="module")
+def tools(toolbox):
+    return toolbox.schemas()
+
+
+@pytest.fixture(scope="module")
+def grammar(tokenizer):
+    return ToolCallGrammar(tokenizer)
 
 
 def _schemas(tools):
@@ -95,52 +103,77 @@ def _check_call(reply, tools, max_tokens=None) -> tuple[str, dict]:
 
 
 # ---------------------------------------------------------------- grammar
-def test_grammar_accepts_exactly_the_schema(tools):
-    g = ToolCallGrammar(tools)
+def _accepts(grammar, tools, text, only=None) -> bool:
+    matcher = grammar.matcher(tools, only)
+    ids = grammar.encode(text)
+    return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+def test_grammar_accepts_exactly_the_schema(grammar, tools):
     ok = [("search_in_graph", {"query": "Marfan syndrome", "size": 30}),
+          ("search_in_graph", {"query": 'a "quoted" word'}),
           ("search_in_neighborhood", {"node_index": 5, "node_type": ["disease", "effect/phenotype"],
                                       "edge_type": "is_a"}),
           ("add_to_answer", {"answer_nodes": [{"node_index": 0, "reasoning": "it is"}, {"node_index": 30}]}),
           ("finish", {})]
     for name, args in ok:
-        state = g.advance(g.start(), format_tool_call(name, args))
-        assert state is not None and g.finished(state), (name, args)
+        assert _accepts(grammar, tools, format_tool_call(name, args)), (name, args)
     bad = ['{"name": "search_in_graph", "arguments": {"query": "x", "size": 31}}',  # above maximum
            '{"name": "search_in_graph", "arguments": {"query": "x", "size": 0}}',  # below minimum
            '{"name": "search_in_graph", "arguments": {"size": 3}}',  # required query missing
            '{"name": "search_in_graph", "arguments": {"query": ""}}',  # empty string
-           '{"name": "search_in_graph", "arguments": {"query": "a\\"b"}}',  # escapes are not generated
            '{"name": "search_in_graph", "arguments": {"query": "x", "k": 3}}',  # unknown parameter
+           '{"name": "search_in_graph", "arguments": {"size": 3, "query": "x"}}',  # not in schema order
+           '{"name": "search_in_graph", "arguments": {"query":"x"}}',  # not json.dumps spacing
            '{"name": "search_in_neighborhood", "arguments": {"node_index": 5, "node_type": "virus"}}',
            '{"name": "add_to_answer", "arguments": {"answer_nodes": []}}',  # minItems 1
+           '{"name": "add_to_answer", "arguments": {"answer_nodes": [{"node_index": 1, "why": "x"}]}}',  # extra key
            '{"name": "search_in_graph", "arguments": {"query": "' + "x" * 101 + '"}}',  # default maxLength
            '{"name": "finish", "arguments": {"comment": "x"}} ',  # nothing after the object
            '{"name": "delete_graph", "arguments": {}}']
     for text in bad:
-        state = g.advance(g.start(), text)
-        assert state is None or not g.finished(state), text
+        assert not _accepts(grammar, tools, text), text
+    assert _accepts(grammar, tools, '{"name": "finish", "arguments": {}}', only="finish")
+    assert not _accepts(grammar, tools, '{"name": "finish", "arguments": {}}', only="search_in_graph")
+    with pytest.raises(ValueError, match="not among the tools"):
+        grammar.matcher(tools, "nope")
 
 
-def test_grammar_forces_literals_and_closes_shortest(tools):
-    g = ToolCallGrammar(tools)
-    forced, state = g.forced(g.start())
-    assert forced == '{"name": "'  # then the tool name is a choice
-    forced, state = g.forced(g.advance(state, "search_in_g"))
-    assert forced == 'raph", "arguments": {"query": "'
-    assert g.closing(state) == 'x"}}'
-    only = ToolCallGrammar(tools, only="add_to_answer")
-    forced, state = only.forced(only.start())
-    assert forced == '{"name": "add_to_answer", "arguments": {"answer_nodes": [{"node_index": '
-    assert only.closing(state) == '0}]}}'
+def test_grammar_schema_bounds_strings_and_closes_objects(tools):
+    params = tools[0]["function"]["parameters"]
+    original = json.dumps(params)
+    bounded = grammar_schema(params)
+    assert json.dumps(params) == original  # the tool's own schema is untouched
+    assert bounded["properties"]["query"] == {**params["properties"]["query"], "minLength": 1, "maxLength": 100}
+    items = grammar_schema(tools[2]["function"]["parameters"])["properties"]["answer_nodes"]["items"]
+    assert items["additionalProperties"] is False
+    kept = grammar_schema({"type": "object", "properties": {"properties": {"type": "string", "maxLength": 5}},
+                           "additionalProperties": True})
+    assert kept == {"type": "object", "additionalProperties": True,
+                    "properties": {"properties": {"type": "string", "maxLength": 5, "minLength": 1}}}
 
 
-def test_integer_completion_respects_bounds():
-    assert _int_completion("", 1, 30) == "1"
-    assert _int_completion("3", 1, 30) == "3" and _int_completion("4", 10, 30) is None
-    assert _int_completion("31", 1, 30) is None and _int_completion("0", 1, 30) is None
-    assert _int_completion("05", 0, 99) is None and _int_completion("1", 10, 19) == "10"
-    assert _int_completion("-", -5, 5) == "-1" and _int_completion("-", 0, 5) is None
-    assert _int_completion("", -9, -3) == "-3"
+def _closing_after(grammar, tools, prefix, only=None) -> str:
+    matcher = grammar.matcher(tools, only)
+    ids = grammar.encode(prefix)
+    assert matcher.try_consume_tokens(ids) == len(ids)
+    closing = grammar.closing(matcher)
+    assert matcher.validate_tokens(closing) == len(closing)  # the matcher is left where it was
+    matcher.consume_tokens(closing)
+    assert matcher.is_accepting()
+    return grammar.tokenizer.decode(closing)
+
+
+def test_closing_completes_the_call_the_short_way(grammar, tools):
+    assert _closing_after(grammar, tools, "") == '{"name": "finish", "arguments": {}}'
+    assert _closing_after(grammar, tools, '{"name": "search_in_graph", "arguments": {"query": "Mar') == '"}}'
+    assert _closing_after(grammar, tools, '{"name": "search_in_graph", "arguments": {"query": "') == 'x"}}'
+    assert _closing_after(grammar, tools, '{"name": "search_in_graph", "arguments": {"query": "a", "size": 2') \
+        == "}}"
+    assert _closing_after(grammar, tools, "", only="add_to_answer") == \
+        '{"name": "add_to_answer", "arguments": {"answer_nodes": [{"node_index": 0}]}}'
+    assert _closing_after(grammar, tools, '{"name": "search_in_neighborhood", "arguments": {"node_index": 1, '
+                                          '"node_type": ["gene/protein", "') == 'disease"]}}'
 
 
 # ---------------------------------------------------------------- constrained decoding
@@ -153,6 +186,26 @@ def test_constrained_calls_are_valid_for_30_seeds(local, tools):
         name, _ = _check_call(reply, tools, max_tokens)
         names.add(name)
     assert len(names) >= 3  # the choices are really sampled
+
+
+def test_calls_are_valid_under_other_schema_features(local):
+    params = {"type": "object", "required": ["n", "flag", "ids", "kind", "inner"], "properties": {
+        "n": {"type": "number"}, "flag": {"type": "boolean"}, "note": {"type": ["string", "null"]},
+        "ids": {"type": "array", "items": {"type": "integer", "minimum": 100, "maximum": 200}, "minItems": 2,
+                "maxItems": 3},
+        "kind": {"enum": ["a", 1, None]},
+        "inner": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 3}}, "required": ["k"]}}}
+    tools = [{"type": "function", "function": {"name": "varied", "parameters": params}}]
+    shortest = '{"name": "varied", "arguments": {"n": 0, "flag": true, "ids": [100, 100], "kind": "a", ' \
+               '"inner": {"k": "x"}}}'
+    budget = len(local.encode(shortest))
+    for seed in range(10):
+        for max_tokens in (budget, budget + 20, 120):
+            reply = local.generate({"messages": MESSAGES, "tools": tools, "seed": seed, "max_tokens": max_tokens})
+            _check_call(reply, tools, max_tokens)
+    reply = local.generate({"messages": MESSAGES, "tools": tools, "max_tokens": 1})
+    assert json.loads(reply["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) == \
+        json.loads(shortest)["arguments"]
 
 
 def test_tool_choice_forces_the_function(local, tools):
@@ -176,9 +229,14 @@ def test_seeded_replies_are_deterministic(local, tools):
 
 
 def test_tiny_budget_still_gives_a_complete_call(local, tools):
-    for max_tokens in (1, 14):  # less than the shortest call: that call, over budget
+    shortest = len(local.encode('{"name": "finish", "arguments": {}}'))
+    for max_tokens in (1, shortest - 1):  # less than the shortest call: that call, over budget
         reply = local.generate({"messages": MESSAGES, "tools": tools, "seed": 3, "max_tokens": max_tokens})
-        _check_call(reply, tools)
+        assert _check_call(reply, tools) == ("finish", {})
+        assert reply["usage"]["completion_tokens"] == shortest
+    for seed in range(5):
+        reply = local.generate({"messages": MESSAGES, "tools": tools, "seed": seed, "max_tokens": shortest})
+        assert _check_call(reply, tools, shortest) == ("finish", {})
     search = {"type": "function", "function": {"name": "search_in_graph"}}
     for max_tokens in range(20, 33, 3):  # the random model's query would run on: closed in time
         reply = local.generate({"messages": MESSAGES, "tools": tools, "tool_choice": search, "seed": max_tokens,
@@ -200,26 +258,33 @@ def test_unconstrained_mode_returns_text(tiny, tokenizer, tools, local):
 
 
 # ---------------------------------------------------------------- rendering
-def test_rendering_lists_tools_and_turns_results_into_observations(local, tools):
+def test_rendering_is_chatml_with_observations(local, tools):
     call = {"id": "c7", "type": "function",
             "function": {"name": "search_in_graph", "arguments": '{"query": "Marfan", "size": 3}'}}
     messages = MESSAGES + [{"role": "assistant", "content": None, "tool_calls": [call]},
                            {"role": "tool", "tool_call_id": "c7", "content": "Top 1 nodes: [0] Marfan syndrome"}]
-    turns = chat_messages(messages, tools)
-    assert [t["role"] for t in turns] == ["system", "user", "assistant", "user"]
-    system = turns[0]["content"]
-    assert system.startswith("You are a retrieval agent.")
-    for t in tools:
-        assert f"- {t['function']['name']}: {t['function']['description']}" in system
-    assert "size (integer from 1 to 30; optional)" in system and '{"name": <tool name>' in system
-    assert turns[2]["content"] == '{"name": "search_in_graph", "arguments": {"query": "Marfan", "size": 3}}'
-    assert turns[3]["content"] == "Observation from search_in_graph:\nTop 1 nodes: [0] Marfan syndrome"
     prompt = local.render({"messages": messages, "tools": tools,
                            "tool_choice": {"type": "function", "function": {"name": "finish"}}})
     assert prompt.startswith("<|im_start|>system\nYou are a retrieval agent.")
     assert "Call the tool finish now." in prompt and prompt.endswith("<|im_start|>assistant\n")
     assert "<|im_start|>user\nObservation from search_in_graph:" in prompt
     assert "SmolLM" not in local.render({"messages": MESSAGES[1:], "tools": tools})  # tool block replaces persona
+
+
+def test_local_model_reads_each_tool_description_once(local, toolbox):
+    """The agent's native-mode prompt leaves the tools to the backbone; the local model lists them once."""
+    tools = toolbox.schemas()
+    messages = [{"role": "system", "content": system_prompt(toolbox, 5)},
+                {"role": "user", "content": user_prompt("Which gene is associated with Marfan syndrome?")}]
+    prompt = local.render({"messages": messages, "tools": tools, "tool_choice": "auto"})
+    for t in tools:
+        f = t["function"]
+        assert prompt.count(f["description"]) == 1, f["name"]
+        assert prompt.count(f"- {f['name']}: ") == 1, f["name"]
+        for p in f["parameters"]["properties"].values():
+            if p.get("description"):
+                assert prompt.count(p["description"]) == 1, p["description"]
+    assert prompt.count("You are a retrieval agent.") == 1
 
 
 # ---------------------------------------------------------------- LoRA
@@ -241,10 +306,45 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
         lm, lu = merged.model(ids).logits, unmerged.model(ids).logits
     assert not torch.allclose(base, lm, atol=1e-3)
     assert torch.allclose(lm, lu, atol=1e-4)
+    assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
+                               "dtype": "float32", "constrained": True}
     reply = merged.generate({"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
         "max_tokens": 20})
     assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "f"
+
+
+# ---------------------------------------------------------------- fingerprint
+def test_fingerprint_changes_with_the_adapter_files(tmp_path):
+    adapter = tmp_path / "adapter"
+    (adapter / "sub").mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text('{"r": 4}')
+    (adapter / "sub" / "weights.bin").write_bytes(b"\x00" * 10)
+    first = fingerprint(None, adapter)["adapter_sha256"]
+    assert fingerprint(None, adapter)["adapter_sha256"] == first and len(first) == 64
+    (adapter / "sub" / "weights.bin").write_bytes(b"\x00" * 9 + b"\x01")
+    changed = fingerprint(None, adapter)["adapter_sha256"]
+    (adapter / "sub" / "weights.bin").rename(adapter / "weights.bin")  # same bytes, other place
+    moved = fingerprint(None, adapter)["adapter_sha256"]
+    assert len({first, changed, moved}) == 3
+    assert fingerprint(None, None) == {"gguf_sha256": None, "adapter_sha256": None}
+    with pytest.raises(FileNotFoundError):
+        fingerprint(None, tmp_path / "missing")
+
+
+def test_gguf_hash_is_kept_in_a_sidecar_until_the_file_changes(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\x00" * 100)
+    cache = tmp_path / "cache"
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert fingerprint(gguf, None, cache) == {"gguf_sha256": digest, "adapter_sha256": None}
+    sidecar = cache / "m.gguf.sha256.json"
+    sidecar.write_text(sidecar.read_text().replace(digest, "remembered"))
+    assert gguf_sha256(gguf, cache) == "remembered"  # read from the sidecar, not hashed again
+    gguf.write_bytes(b"GGUF" + b"\x01" * 100)  # new size: hashed again
+    assert gguf_sha256(gguf, cache) == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert gguf_sha256(gguf) == gguf_sha256(gguf, cache)  # without a cache dir: the sidecar is beside the file
+    assert (tmp_path / "m.gguf.sha256.json").exists()
 
 
 # ---------------------------------------------------------------- serving
@@ -280,6 +380,8 @@ def test_smollm2_through_chat_server_and_litellm(tools, tmp_path):
     ids = torch.tensor([model.encode(model.render({"messages": MESSAGES, "tools": tools}))])
     with torch.inference_mode():
         assert torch.equal(model.model(ids).logits, cached.model(ids).logits)
+    assert model.identity == cached.identity == {"gguf_sha256": gguf_sha256(default_gguf_path(), tmp_path / "models"),
+                                                 "adapter_sha256": None, "dtype": "bfloat16", "constrained": True}
     del cached
     with ChatServer(model.generate, model_name="smollm2") as server:
         for seed in range(3):
