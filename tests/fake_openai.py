@@ -29,11 +29,13 @@ class ScriptedEndpoint:
     def __init__(self, script=search_then_answer, fail_first: int = 0, status: int = 429, delay: float = 0.0):
         self.script, self.fail_first, self.status, self.delay = script, fail_first, status, delay
         self.calls = 0
+        self.requests: list[dict] = []  # every request body received
         self._lock = threading.Lock()
 
     def generate(self, request: dict) -> dict:
         with self._lock:
             self.calls += 1
+            self.requests.append(request)
             failing = self.calls <= self.fail_first
         if failing:
             raise HTTPError(self.status, "rate limited" if self.status == 429 else "server error")

@@ -117,6 +117,22 @@ def test_rate_limit_then_success_is_retried():
     assert result.prompt_tokens == 100 and result.completion_tokens == 20
 
 
+@pytest.mark.parametrize("backbone, tool_mode, expected", [("gpt-4.1", "native", "required"),
+                                                            ("claude-sonnet-4-5", "native", "required"),
+                                                            ("gpt-4.1", "text", None)])
+def test_the_request_carries_the_backbones_tool_choice(backbone, tool_mode, expected):
+    from ark import build
+
+    endpoint = ScriptedEndpoint()
+    cfg = compose_cfg([f"backbone={backbone}", "backbone.model=openai/fake", f"backbone.tool_mode={tool_mode}",
+                       "llm.cache=null"])
+    with endpoint.serve() as server:
+        client = build.client(cfg, api_base=server.url)
+        asyncio.run(LLMPolicy(client, toolbox()).session("x", 0).act([{"role": "user", "content": "Question: x"}], []))
+    request = endpoint.requests[0]
+    assert request.get("tool_choice") == expected and ("tools" in request) == (expected is not None)
+
+
 def test_a_call_that_keeps_failing_is_recorded_not_raised():
     endpoint = ScriptedEndpoint(fail_first=100, status=503)
     with endpoint.serve() as server:

@@ -248,3 +248,36 @@ def test_extract_sources_missing_artefact(tmp_path):
     artefacts = {"go_db": {"kind": "debian", "file": "r-bioc-go.db_3.16.0-1_all.deb"}}
     with pytest.raises(UserError, match="r-bioc-go.db_3.16.0-1_all.deb"):
         extract_sources(tmp_path / "raw", artefacts, tmp_path / "work")
+
+
+# --------------------------------------------------------------------------- leave-publication-out
+def test_leave_publication_out_drops_exactly_the_annotations_resting_on_those_publications(graph, triples):
+    """Reference: the annotations (edges) whose every reference, over all their hpoa rows, is excluded."""
+    hpoa = pd.read_csv(FILES["phenotype.hpoa"], sep="\t", comment="#", dtype=str, keep_default_na=False)
+    excluded = {"PMID:33436942", "PMID:20702823", "PMID:8188302"}  # the last one only with other PMIDs
+    refs = {}
+    for row in hpoa.itertuples(index=False):
+        relation = "phenotype absent" if row.qualifier == "NOT" else ASPECTS[row.aspect]
+        refs.setdefault((row.database_id, relation, row.hpo_id), set()).update(row.reference.split(";"))
+    expected_gone = {t for t, rs in refs.items() if rs <= excluded}
+    assert expected_gone and any(rs & excluded and not rs <= excluded for rs in refs.values())
+
+    lpo = build_biokg(FILES, ["disease", "gene/protein"], 100, exclude_publications=excluded)
+    lpo_triples = {(lpo.key[s], lpo.relation_names[r], lpo.key[d])
+                   for s, d, r in zip(lpo.src, lpo.dst, lpo.edge_rel)}
+    assert set(triples) - lpo_triples == expected_gone and lpo_triples <= set(triples)
+    assert list(lpo.key) == list(graph.key)  # same nodes: node ids and query files are shared
+    counts = lpo.summary()["excluded"]
+    assert counts["annotations_removed"] == len(expected_gone) and counts["publications"] == 3
+    assert counts["diseases_touched"] == len({t[0] for t in expected_gone})
+    index = {k: i for i, k in enumerate(graph.key)}
+    for disease in {t[0] for t in expected_gone}:  # documents are rendered without the dropped annotations
+        assert lpo.doc[index[disease]] != graph.doc[index[disease]]
+
+
+def test_case_publications_reads_every_pmid_of_every_case():
+    from ark.data.phenopackets import case_publications
+
+    packets = [{"metaData": {"externalReferences": [{"id": "PMID:1"}, {"id": "DOI:x"}, {"id": "PMID:2"}]}},
+               {"metaData": {}}, {"id": "case"}]
+    assert case_publications(packets) == {"PMID:1", "PMID:2"}

@@ -43,9 +43,11 @@ def test_non_candidate_gold_is_dropped():
     assert s == {"recall@2": 1.0, "hit@1": 0.0, "mrr": 0.5}
 
 
-def test_non_candidate_predictions_take_no_rank():
-    s = score_query([50, 2, 1], [1], ["hit@2", "mrr"], candidates={1, 2, 3})
-    assert s == {"hit@2": 1.0, "mrr": 0.5}
+def test_non_candidate_predictions_keep_their_rank_as_misses():
+    """As the paper evaluates a fused list: an author at rank 1 on MAG is a miss at rank 1."""
+    s = score_query([50, 2, 1], [1], ["hit@1", "hit@2", "hit@3", "mrr"], candidates={1, 2, 3})
+    assert s == {"hit@1": 0.0, "hit@2": 0.0, "hit@3": 1.0, "mrr": pytest.approx(1 / 3)}
+    assert score_query([50, 1], [1], ["hit@1"], candidates={1, 2, 3}) == {"hit@1": 0.0}
 
 
 def test_empty_gold_is_all_zero():

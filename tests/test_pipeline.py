@@ -72,8 +72,9 @@ def test_dvc_pipeline_parses_into_one_chain():
     """`dvc dag` parses dvc.yaml (templating, foreach, params) without data, as in a clean clone."""
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    for stage in ("download", "build_graph", "build_index@bm25", "make_queries@synthetic", "baseline@synthetic-bm25",
-                  "evaluate@rules-synthetic", "evaluate@embedded-phenopackets"):
+    for stage in ("download", "build_graph@biokg_lpo", "build_index@biokg-bm25", "make_queries@synthetic",
+                  "baseline@synthetic-bm25", "baseline@phenopackets-lpo-bm25",
+                  "evaluate@rules-synthetic", "evaluate@embedded-phenopackets-lpo"):
         assert stage in out.stdout
 
 

@@ -14,11 +14,12 @@ from tests.conftest import ROOT, compose_cfg
 from tests.fake_openai import ScriptedEndpoint
 
 RESULT_AFFECTING = [
-    "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "eval.limit=2",
+    "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "split=test-0.1", "subset_seed=1", "eval.limit=2",
     "retriever=dense", "retriever.params.k1=1.5", "backbone=gpt-4o", "backbone.temperature=0.2",
     "backbone.tool_mode=text", "backbone.max_tokens=99", "backbone.local.constrained=false",
     "backbone.local.dtype=float32", "agent.T_max=7", "agent.n_agents=2", "agent.aggregation=ordering",
     "agent.global_k=9", "agent.neighbor_k=5", "seed=3", "ablation=no_q", "ablation=no_neighbors",
+    "prompt=minimal", "backbone.tool_choice=auto",
 ]
 NOT_RESULT_AFFECTING = ["eval.concurrency=1", "logger=none", "logger.project=other", "eval.progress=false",
                         "llm.cache=/tmp/elsewhere.sqlite", "paths.logs=/tmp/logs", "cpu_threads=1",
@@ -223,3 +224,21 @@ def test_a_rules_run_imports_neither_litellm_nor_torch(tiny_rules, tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ------------------------------------------------------------------ subsets
+def test_a_fraction_split_is_a_seeded_subset_and_a_shipped_file_wins(tmp_path):
+    from ark.data.queries import load_queries
+    from ark.io import write_jsonl
+
+    rows = [{"id": f"q{i}", "query": f"text {i}", "answer_ids": [i]} for i in range(95)]
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    tenth = load_queries(tmp_path, "test-0.1")
+    assert len(tenth) == 10 and tenth == [r for r in rows if r in tenth]  # original order kept
+    assert load_queries(tmp_path, "test-0.1") == tenth and load_queries(tmp_path, "test-0.1", seed=1) != tenth
+    write_jsonl(tmp_path / "test.jsonl", rows[::-1])  # the file's order does not pick the subset
+    assert {r["id"] for r in load_queries(tmp_path, "test-0.1")} == {r["id"] for r in tenth}
+    write_jsonl(tmp_path / "test-0.1.jsonl", rows[:3])  # STaRK's own test-0.1.index, written by make_queries
+    assert load_queries(tmp_path, "test-0.1") == rows[:3]
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_queries(tmp_path, "dev")

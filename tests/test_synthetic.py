@@ -1,3 +1,4 @@
+import re
 from collections import defaultdict
 
 import pytest
@@ -16,8 +17,13 @@ def graph():
 
 
 @pytest.fixture(scope="module")
-def queries(graph):
+def made(graph):
     return make_synthetic_queries(graph, OmegaConf.create(CFG))
+
+
+@pytest.fixture(scope="module")
+def queries(made):
+    return made[0]
 
 
 def brute_force_gold(graph, anchors_and_relations, answer_type):
@@ -53,11 +59,26 @@ def test_gold_is_exact_and_the_textual_anchor_is_not_named(graph, queries):
         assert CFG["min_answers"] <= len(q["answer_ids"]) <= CFG["max_answers"]
         label = str(graph.name[key_to_id[meta["textual_anchor"]]])
         assert label.lower() not in q["query"].lower(), q["query"]
+        for v in q["answer_ids"]:
+            assert not re.search(rf"(?<!\w){re.escape(str(graph.name[v]).lower())}(?!\w)", q["query"].lower())
+
+
+def test_leaking_queries_are_caught_counted_and_replaced(graph, made):
+    from ark.data.synthetic import SyntheticQueryMaker
+
+    maker = SyntheticQueryMaker(graph, OmegaConf.create(CFG))
+    q = next(q for split in made[0].values() for q in split)
+    gold, anchor = q["answer_ids"], list(graph.key).index(q["meta"]["textual_anchor"])
+    assert maker.leak(q["query"], gold, anchor) is None
+    assert maker.leak(q["query"] + f" (e.g. {graph.name[gold[0]]})", gold, anchor) == "gold_name_in_text"
+    assert maker.leak(q["query"] + f" also called {graph.name[anchor]}s", gold, anchor) is None  # not the phrase
+    assert maker.leak(q["query"] + f", like {graph.name[anchor]}", gold, anchor) == "anchor_label_in_text"
+    assert set(made[1]["dropped"]) <= {"gold_name_in_text", "anchor_label_in_text"}
 
 
 def test_splits_hold_out_textual_anchors_and_are_seeded(graph, queries):
     anchors = {s: {q["meta"]["textual_anchor"] for q in qs} for s, qs in queries.items()}
     assert not anchors["train"] & anchors["test"] and not anchors["train"] & anchors["val"]
-    assert make_synthetic_queries(graph, OmegaConf.create(CFG)) == queries
-    other = make_synthetic_queries(graph, OmegaConf.create({**CFG, "seed": 4}))
+    assert make_synthetic_queries(graph, OmegaConf.create(CFG))[0] == queries
+    other = make_synthetic_queries(graph, OmegaConf.create({**CFG, "seed": 4}))[0]
     assert other != queries

@@ -50,7 +50,7 @@ def queries(cfg: DictConfig, num_nodes: int) -> list[dict]:
     """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph."""
     from ark.data.queries import load_queries
 
-    rows = load_queries(cfg.dataset.queries_dir, cfg.split)
+    rows = load_queries(cfg.dataset.queries_dir, cfg.split, cfg.subset_seed)
     if cfg.eval.limit is not None:
         rows = rows[: cfg.eval.limit]
     if not rows:

@@ -54,7 +54,8 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
           file=out)
     with build.policy(cfg, toolbox) as policy:
         record = asyncio.run(run_query(policy, toolbox, {"id": "ask", "query": question}, cfg.agent.n_agents,
-                                       cfg.agent.T_max, cfg.agent.aggregation, cfg.seed, printer(g, max_lines, out)))
+                                       cfg.agent.T_max, cfg.agent.aggregation, cfg.seed, printer(g, max_lines, out),
+                                       cfg.prompt.name))
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
         print(f"{rank:>3}. [{v}] {g.type_name(v)} | {g.name[v]}", file=out)

@@ -16,9 +16,9 @@ from ark.runs.records import Trajectory
 from ark.tools.toolbox import AnswerState, Observation, Toolbox
 
 async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: int, text_protocol: bool = False,
-                    on_event=None) -> Trajectory:
+                    on_event=None, prompt: str = "ark") -> Trajectory:
     """Run one agent; ``session.act(messages, observations)`` returns an ``LLMResult``-like reply."""
-    messages = [{"role": "system", "content": system_prompt(toolbox, T_max, text_protocol)},
+    messages = [{"role": "system", "content": system_prompt(toolbox, T_max, text_protocol, prompt)},
                 {"role": "user", "content": user_prompt(query)}]
     traj, state = Trajectory(agent=agent, messages=messages), AnswerState()
     counts: Counter = Counter()

@@ -181,6 +181,27 @@ def read_hpoa(path: str | Path) -> pd.DataFrame:
     return pd.read_csv(path, sep="\t", comment="#", dtype=str, keep_default_na=False)
 
 
+ANNOTATION = ["database_id", "qualifier", "hpo_id", "aspect"]  # one disease-phenotype edge of the graph
+
+
+def publication_only_annotations(hpoa: pd.DataFrame, publications: set[str]) -> pd.Series:
+    """Rows whose annotation (disease, qualifier, term, aspect) rests only on references in ``publications``:
+    every reference of every row of that annotation (``PMID:…;OMIM:…`` lists) is one of them."""
+    refs = hpoa.reference.str.split(";").map(lambda rs: {r.strip() for r in rs if r.strip()})
+    only = refs.map(lambda rs: bool(rs) and rs <= publications)
+    return only.groupby([hpoa[c] for c in ANNOTATION]).transform("all")
+
+
+def exclusion_counts(hpoa: pd.DataFrame, drop: pd.Series, publications: set[str]) -> dict:
+    kept = hpoa[~drop].database_id.unique()
+    removed = hpoa[drop]
+    return {"publications": len(publications),
+            "annotations_removed": int(len(removed.drop_duplicates(ANNOTATION))),
+            "annotations_total": int(len(hpoa.drop_duplicates(ANNOTATION))),
+            "diseases_touched": int(removed.database_id.nunique()),
+            "diseases_left_without_annotations": int(len(set(removed.database_id) - set(kept)))}
+
+
 # --------------------------------------------------------------------------- build
 class _Builder:
     """Collects nodes and edges by source key, then freezes them into a Graph."""
@@ -245,7 +266,11 @@ TYPE_ORDER = [
 ]
 
 
-def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relations_per_line: int) -> Graph:
+def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relations_per_line: int,
+                exclude_publications: set[str] | None = None) -> Graph:
+    """The graph; with ``exclude_publications`` (``PMID:…`` ids) the disease-phenotype annotations that rest
+    only on those publications are left out (leave-publication-out; counts in ``meta["excluded"]``). The node
+    table is the same either way, so node ids and query files are shared with the full graph."""
     b = _Builder()
 
     # HPO terms
@@ -267,6 +292,11 @@ def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relat
     hpoa = read_hpoa(files["phenotype.hpoa"])
     for db_id, name in hpoa.drop_duplicates("database_id")[["database_id", "disease_name"]].itertuples(index=False):
         b.node(db_id, "disease", name, {"source": db_id.split(":")[0]})
+    excluded = None
+    if exclude_publications is not None:
+        drop = publication_only_annotations(hpoa, exclude_publications)
+        excluded = exclusion_counts(hpoa, drop, exclude_publications)
+        hpoa = hpoa[~drop]
     for db_id, qualifier, hpo_id, frequency, aspect in hpoa[
         ["database_id", "qualifier", "hpo_id", "frequency", "aspect"]
     ].itertuples(index=False):
@@ -342,6 +372,8 @@ def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relat
         "sources": {"HPO": hpo_version, "GO": go_version, "NCBI Gene": gene_version},
         "candidate_types": None,
     }
+    if excluded is not None:
+        meta["excluded"] = excluded
     graph = b.graph(TYPE_ORDER, meta)
     # Frequencies given as HPO ids read as their labels in documents (the edge attribute keeps the id).
     freq_labels = {k: n for k, n, t in zip(graph.key, graph.name, graph.node_type) if graph.node_type_names[t] == "frequency"}
@@ -356,10 +388,11 @@ def _first_by_id(conn: sqlite3.Connection, table: str, column: str) -> dict[int,
     return out
 
 
-def build_from_raw(raw_dir: str | Path, artefacts: dict, doc_relation_types: list[str], max_relations_per_line: int) -> Graph:
+def build_from_raw(raw_dir: str | Path, artefacts: dict, doc_relation_types: list[str], max_relations_per_line: int,
+                   exclude_publications: set[str] | None = None) -> Graph:
     work = tempfile.mkdtemp(prefix="biokg-")
     try:
         files = extract_sources(raw_dir, artefacts, work)
-        return build_biokg(files, doc_relation_types, max_relations_per_line)
+        return build_biokg(files, doc_relation_types, max_relations_per_line, exclude_publications)
     finally:
         shutil.rmtree(work, ignore_errors=True)

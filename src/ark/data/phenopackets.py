@@ -136,6 +136,13 @@ def pmid_of(packet: dict) -> str:
     return str(packet.get("id", ""))
 
 
+def case_publications(packets) -> set[str]:
+    """Every ``PMID:`` a case of the source cites (all of its external references, not only the first)."""
+    return {str(ref.get("id")) for packet in packets
+            for ref in (packet.get("metaData") or {}).get("externalReferences") or []
+            if str(ref.get("id") or "").startswith("PMID:")}
+
+
 def sex_of(packet: dict) -> str | None:
     sex = (packet.get("subject") or {}).get("sex")
     return {"FEMALE": "female", "MALE": "male"}.get(sex)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from pathlib import Path
 
 from ark.errors import UserError
@@ -19,17 +21,39 @@ def split_of(key: str, fractions=(0.6, 0.2, 0.2)) -> str:
 
 
 def write_query_splits(splits: dict[str, list[dict]], out_dir: str | Path, stats: dict | None = None) -> dict:
-    """Write one JSON Lines file per split (atomically) and ``stats.json``; returns the counts."""
+    """Write one JSON Lines file per split (atomically; extra splits such as STaRK's ``test-0.1`` too) and
+    ``stats.json``; returns the counts."""
     out_dir = Path(out_dir)
-    counts = {s: write_jsonl(out_dir / f"{s}.jsonl", splits.get(s, [])) for s in SPLITS}
+    names = list(SPLITS) + [s for s in splits if s not in SPLITS]
+    counts = {s: write_jsonl(out_dir / f"{s}.jsonl", splits.get(s, [])) for s in names}
     write_json(out_dir / "stats.json", {"queries": counts, **(stats or {})})
     return counts
 
 
-def load_queries(queries_dir: str | Path, split: str) -> list[dict]:
-    if split not in SPLITS:
-        raise UserError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+def parse_split(split: str) -> tuple[str, float | None]:
+    """``test`` -> (test, None); ``test-0.1`` -> (test, 0.1): a subset of that fraction."""
+    m = re.fullmatch(r"(train|val|test)(?:-(0?\.\d+))?", str(split))
+    if m is None:
+        raise UserError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}, optionally with a "
+                        "fraction for a subset, e.g. test-0.1")
+    return m.group(1), float(m.group(2)) if m.group(2) else None
+
+
+def subset(rows: list[dict], fraction: float, seed: int = 0) -> list[dict]:
+    """A seeded ``fraction`` of the rows (at least one), in their original order: the ``ceil(fraction * n)``
+    rows whose ids hash lowest under the seed, so a subset never depends on the order of the file."""
+    n = max(1, math.ceil(fraction * len(rows)))
+    keep = set(sorted(range(len(rows)), key=lambda i: hashlib.sha1(f"{seed}:{rows[i]['id']}".encode()).digest())[:n])
+    return [r for i, r in enumerate(rows) if i in keep]
+
+
+def load_queries(queries_dir: str | Path, split: str, seed: int = 0) -> list[dict]:
+    """The rows of ``split``: a file ``<split>.jsonl`` when the query set ships one (STaRK's ``test-0.1``),
+    otherwise for ``<base>-<fraction>`` a seeded subset of ``<base>.jsonl``."""
+    base, fraction = parse_split(split)
     path = Path(queries_dir) / f"{split}.jsonl"
+    if not path.exists() and fraction is not None:
+        return subset(load_queries(queries_dir, base), fraction, seed)
     if not path.exists():
         raise UserError(f"no query file {path} (run the make_queries stage)")
     return read_jsonl(path)

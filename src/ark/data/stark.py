@@ -64,12 +64,16 @@ def read_split_ids(path: str | Path) -> list[str]:
     return [str(int(line)) for line in text.split() if line.strip()]
 
 
+OPTIONAL_SPLITS = ("test-0.1",)  # STaRK's own 10% test subset, used where the release has it
+
+
 def load_stark_splits(qa_dir: str | Path, splits=SPLITS) -> dict[str, list[dict]]:
     """``{split: [query, ...]}`` for the synthesized queries of one dataset folder."""
     qa_dir = Path(qa_dir)
     by_id = {q["id"]: q for q in read_qa_csv(qa_dir / QA_FILE)}
     result = {}
-    for split in splits:
+    optional = [s for s in OPTIONAL_SPLITS if (qa_dir / "split" / f"{s}.index").exists()]
+    for split in list(splits) + optional:
         ids = read_split_ids(qa_dir / "split" / f"{split}.index")
         unknown = [i for i in ids if i not in by_id]
         if unknown:

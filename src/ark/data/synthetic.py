@@ -61,6 +61,7 @@ class SyntheticQueryMaker:
         self.rng = np.random.default_rng(cfg.seed)
         self.anchor_uses: Counter = Counter()
         self.by_type = {t: np.flatnonzero(graph.node_type == i) for i, t in enumerate(graph.node_type_names)}
+        self.dropped: Counter = Counter()  # generated queries thrown away (and replaced), by reason
         self._definition_counts = Counter(
             first_sentence(graph.node_fields(v).get("definition", "")).lower() for v in range(graph.num_nodes)
         )
@@ -153,6 +154,20 @@ class SyntheticQueryMaker:
     TEMPLATES = ("t_gene_disease_process", "t_disease_phenotypes", "t_shared_phenotypes", "t_gene_functions")
 
     # ------------------------------------------------------------------ driver
+    def leak(self, query: str, gold: np.ndarray, text_anchor: int) -> str | None:
+        """Why the text gives the answer or the textual anchor away (None if it does not): a gold answer's
+        name, or the textual anchor's own label (a synonym can contain it), as a whole phrase."""
+        text = query.lower()
+
+        def named(v: int) -> bool:
+            return re.search(rf"(?<!\w){re.escape(str(self.g.name[v]).lower())}(?!\w)", text) is not None
+
+        if any(named(int(v)) for v in gold):
+            return "gold_name_in_text"
+        if named(text_anchor):
+            return "anchor_label_in_text"
+        return None
+
     def accept(self, cons: list[Constraint], answer_type: str):
         gold, sets = self.adj.gold(cons, answer_type)
         if not self.cfg.min_answers <= len(gold) <= self.cfg.max_answers:
@@ -181,6 +196,10 @@ class SyntheticQueryMaker:
                 gold = self.accept(cons, answer_type)
                 if gold is None:
                     continue
+                leak = self.leak(query, gold, text_anchor)
+                if leak is not None:
+                    self.dropped[leak] += 1
+                    continue
                 seen.add(query)
                 for c in cons:
                     self.anchor_uses[c.anchor] += 1
@@ -197,5 +216,9 @@ class SyntheticQueryMaker:
         return out
 
 
-def make_synthetic_queries(graph: Graph, cfg) -> dict[str, list[dict]]:
-    return SyntheticQueryMaker(graph, cfg).make()
+def make_synthetic_queries(graph: Graph, cfg) -> tuple[dict[str, list[dict]], dict]:
+    """(splits, stats): ``stats["dropped"]`` counts the generated queries replaced because their text named a
+    gold answer or the textual anchor's label."""
+    maker = SyntheticQueryMaker(graph, cfg)
+    splits = maker.make()
+    return splits, {"dropped": dict(sorted(maker.dropped.items()))}

@@ -3,8 +3,9 @@
 For one query with a ranked list ``R`` (best first) and gold ids ``G``:
 
 - ``gold' = set(G) ∩ candidates`` (``candidates=None`` means every id is a candidate);
-- ``R`` keeps the first occurrence of each id and drops ids that are not candidates
-  (STaRK scores candidates only, so a non-candidate never takes a rank);
+- ``R`` keeps the first occurrence of each id; an id that is not a candidate (an author on MAG, a brand on
+  AMAZON in an agent's fused list) keeps its rank as a miss, as the paper evaluates. STaRK's own outputs rank
+  candidates only, so on those this is exactly STaRK's scoring (the parity test);
 - ``hit@k = 1`` if any of ``R[:k]`` is in gold';
 - ``recall@k = |R[:k] ∩ gold'| / |gold'|`` (the denominator is not capped at k);
 - ``mrr = 1 / rank`` of the first gold' item in ``R`` (no cut-off; 0 if none);
@@ -70,11 +71,12 @@ def score_query(
 
     if isinstance(ranked, np.ndarray):
         ranked = ranked.tolist()
-    gold_ranks = []  # 0-based positions of gold items in the deduplicated candidate ranking
+    # 0-based positions of gold items in the deduplicated ranking; a non-candidate keeps its rank as a miss
+    gold_ranks = []
     seen = set()
     position = 0
     for item in ranked:
-        if item in seen or (candidates is not None and item not in candidates):
+        if item in seen:
             continue
         seen.add(item)
         if item in gold:

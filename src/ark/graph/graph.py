@@ -147,6 +147,7 @@ class Graph:
             "num_edges": self.num_edges,
             "nodes_by_type": self.counts_by_type(),
             "edges_by_relation": self.counts_by_relation(),
+            **({"excluded": self.meta["excluded"]} if "excluded" in self.meta else {}),  # what a build left out
         }
 
     # ---------------------------------------------------------------- persistence

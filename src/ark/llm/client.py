@@ -83,6 +83,7 @@ class Backbone:
     top_p: float | None = None
     max_tokens: int = 1024
     tool_mode: str = "native"  # native tool calls, or "text": tools described in the prompt, calls parsed
+    tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
     extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
 
     @classmethod
@@ -117,7 +118,7 @@ class LLMClient:
             req["top_p"] = b.top_p
         if tools and b.tool_mode == "native":
             req["tools"] = tools
-            req["tool_choice"] = "auto"
+            req["tool_choice"] = b.tool_choice
         return req
 
     async def complete(self, messages: list[dict], tools: list[dict] | None, agent_index: int = 0,

@@ -22,12 +22,13 @@ NOT_IDENTITY = {
     "retriever": set(),
 }
 NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}
+FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name counts, not where this checkout keeps them
 
 # which groups and top-level settings decide each stage's result
 STAGE_SETTINGS = {
-    "baseline": ("dataset", "queries", "retriever", "split", "eval.limit", "baseline.depth"),
-    "evaluate": ("dataset", "queries", "retriever", "split", "eval.limit", "backbone", "prompt", "agent",
-                 "ablation", "seed"),
+    "baseline": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "baseline.depth"),
+    "evaluate": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "backbone", "prompt",
+                 "agent", "ablation", "seed"),
 }
 
 
@@ -45,8 +46,9 @@ def identity(cfg: DictConfig, stage: str) -> dict:
         value = _select(cfg, key)
         if isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ())}
-            if key == "queries" and value.get("source"):
-                value["source"] = Path(str(value["source"])).name  # the file, not where this checkout keeps it
+            for file_key in FILE_KEYS:
+                if value.get(file_key):
+                    value[file_key] = Path(str(value[file_key])).name
             if key == "backbone" and isinstance(value.get("local"), dict):
                 local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
                 if local.get("adapter"):  # a retrained adapter at the same path is another model

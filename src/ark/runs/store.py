@@ -6,7 +6,8 @@
 ``<run dir>/metrics.json``     scalar metrics only (what ``dvc metrics show`` reads)
 ``<run dir>/stats.json``       tool use, steps, invalid calls, tokens, cost (deterministic under replay)
 ``<run dir>/provenance.json``  package versions and sha256 of the data read
-Timings and the platform go to ``<paths.logs>/runs/<run dir name>.json`` and W&B, outside DVC's outputs.
+Timings and the platform go to ``<paths.logs>/runs/<run dir name>.json`` (and ``timing.json`` in the publish
+dir) and W&B, outside DVC's outputs: query wall-clock p50/p95/mean, per-agent model and tool time.
 With ``run.publish`` set (the DVC stages), metrics, stats, config and provenance are also copied there: a
 path DVC knows in advance, committed to git.
 
@@ -104,8 +105,12 @@ class Run:
                 shutil.copyfile(self.dir / name, self.publish_dir / name)
 
     def write_timing(self, timing: dict) -> None:
-        write_json(self.timing_path, {"run": self.name, "platform": platform.platform(),
-                                      "processor": _cpu_name(), **timing})
+        """Wall-clock figures and where they were measured: under ``paths.logs`` and, for a DVC stage, beside
+        the published metrics (committed, but not a DVC output: a rerun's new timings change no stage)."""
+        record = {"run": self.name, "platform": platform.platform(), "processor": _cpu_name(), **timing}
+        write_json(self.timing_path, record)
+        if self.publish_dir is not None:
+            write_json(self.publish_dir / "timing.json", record)
 
 
 def _cpu_name() -> str:

@@ -16,12 +16,17 @@ def build(cfg: DictConfig) -> Graph:
         from ark.data.biokg import build_from_raw
         from omegaconf import OmegaConf
 
+        excluded = None
+        if ds.get("exclude_publications_of"):
+            from ark.data.phenopackets import case_publications, read_phenopackets
+
+            excluded = case_publications(read_phenopackets(ds.exclude_publications_of))
         return build_from_raw(ds.raw_dir, OmegaConf.to_container(ds.artefacts, resolve=True),
-                              list(ds.documents.relation_types), ds.documents.max_per_relation)
+                              list(ds.documents.relation_types), ds.documents.max_per_relation, excluded)
     if ds.kind == "stark":
         from ark.graph.stark import load_stark_skb
 
-        return load_stark_skb(ds.skb, ds.raw_dir, online=ds.online, relations=ds.relations)
+        return load_stark_skb(ds.skb, ds.raw_dir, online=ds.online, relations=ds.documents.relations)
     raise UserError(f"unknown dataset kind {ds.kind!r}")
 
 
@@ -40,6 +45,8 @@ def main(cfg: DictConfig) -> None:
     print(f"{cfg.dataset.name}: {summary['num_nodes']:,} nodes, {summary['num_edges']:,} edges")
     for t, n in summary["nodes_by_type"].items():
         print(f"  {t:<24} {n:>8,}")
+    if "excluded" in summary:
+        print(f"  left out (leave-publication-out): {summary['excluded']}")
     print(f"counts written to {cfg.dataset.graph_dir}/summary.json")
 
 

@@ -24,7 +24,7 @@ from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
 from ark.tracking import stage_run
 
-GROUPS = ("dataset", "queries", "retriever", "ablation", "agent", "backbone")  # config groups its results depend on
+GROUPS = ("dataset", "queries", "retriever", "ablation", "agent", "backbone", "prompt")  # config groups its results depend on
 
 
 def run(cfg: DictConfig) -> dict:
@@ -56,7 +56,7 @@ def run(cfg: DictConfig) -> dict:
     try:
         with build.policy(cfg, tools) as policy:
             asyncio.run(run_queries(policy, tools, todo, a.n_agents, a.T_max, a.aggregation, cfg.eval.concurrency,
-                                    cfg.seed, on_record))
+                                    cfg.seed, on_record, cfg.prompt.name))
             model_calls = policy.client.calls if policy.client is not None else 0
     finally:
         progress.close()
@@ -65,7 +65,6 @@ def run(cfg: DictConfig) -> dict:
     stats = run_statistics(records)
     timing = {"seconds": round(time.perf_counter() - start, 2), "model_calls": model_calls,
               **timing_statistics(records)}
-    run_.write_timing(timing)
     summary = {**metrics, "model_calls": model_calls, "run_dir": str(run_.dir)}
     if metrics["n_incomplete"] and not cfg.eval.allow_incomplete:
         raise IncompleteRun(f"{metrics['n_incomplete']} of {len(queries)} queries are incomplete (model calls "
@@ -73,6 +72,7 @@ def run(cfg: DictConfig) -> dict:
                             f"{_first_error(records)}); rerun to resume them, or set eval.allow_incomplete=true "
                             f"to score the {metrics['n_queries']} complete ones. Records: {run_.dir}")
     run_.finish(scores, metrics, stats, data_inputs(cfg))
+    run_.write_timing(timing)
     return {**summary, **stats, **timing, "n_agents": a.n_agents}
 
 

@@ -16,7 +16,7 @@ def make(cfg: DictConfig) -> tuple[dict, dict]:
     if q.kind == "synthetic":
         from ark.data.synthetic import make_synthetic_queries
 
-        return make_synthetic_queries(load_graph(cfg.dataset), q), {}
+        return make_synthetic_queries(load_graph(cfg.dataset), q)
     if q.kind == "phenopackets":
         from ark.data.phenopackets import make_phenopacket_queries, read_phenopackets
 
