@@ -133,3 +133,18 @@ def test_a_stage_with_bad_input_exits_2_with_one_clear_line(tmp_path):
                           f"hydra.run.dir={tmp_path}/hydra"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: no graph at") and "Traceback" not in out.stderr
+
+
+def test_the_readme_results_table_matches_the_committed_metrics():
+    """Every row naming a run (`stage@entry`) shows that run's published metrics, as `dvc repro` wrote them."""
+    import re
+
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if re.search(r"\| `(baseline|evaluate)@", line)]
+    assert len(rows) >= 10
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        stage, entry = cells[3].strip("`").split("@")
+        metrics = json.loads((ROOT / "results" / stage / entry / "metrics.json").read_text())
+        shown = [float(c) for c in cells[5:9]]
+        assert int(cells[4]) == metrics["n_queries"], line
+        assert shown == [round(100 * metrics[k], 2) for k in ("hit@1", "hit@5", "recall@20", "mrr")], line
