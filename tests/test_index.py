@@ -44,3 +44,24 @@ def test_dense_minilm_behind_the_same_interface(tmp_path):
     g = tiny_graph()
     obs = Toolbox(g, DenseIndex.build(g.doc, bf16=False)).search_in_neighborhood(0, query="eye lens")
     assert obs.nodes[0] == 4
+
+
+def test_a_bm25_index_is_byte_identical_across_processes(tmp_path):
+    """bm25s numbers stemmed terms in set order; the index must not depend on Python's hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    from ark.io import hash_paths
+    from tests.conftest import ROOT
+
+    code = ("import sys; from ark.index.bm25 import BM25Index; from tests.helpers import tiny_graph; "
+            "BM25Index.build(tiny_graph().doc).save(sys.argv[1])")
+    digests = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        out.mkdir()
+        subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)})
+        digests.append(hash_paths([out])[str(out)])
+    assert digests[0] == digests[1]

@@ -34,9 +34,10 @@ class BM25Index:
     def build(cls, docs, k1: float = 1.2, b: float = 0.75, method: str = "lucene",
               stopwords: str = "en", stemmer: str | None = "english") -> "BM25Index":
         stem = Stemmer.Stemmer(stemmer) if stemmer else None
-        tokens = bm25s.tokenize(list(docs), stopwords=stopwords, stemmer=stem, show_progress=False)
+        tokens = _sorted_vocabulary(bm25s.tokenize(list(docs), stopwords=stopwords, stemmer=stem, show_progress=False))
         retriever = bm25s.BM25(k1=k1, b=b, method=method)
         retriever.index(tokens, show_progress=False)
+        retriever.vocab_dict = dict(sorted(retriever.vocab_dict.items(), key=lambda item: item[1]))  # saved as is
         _sort_postings(retriever.scores)
         return cls(retriever, stopwords, stemmer)
 
@@ -99,3 +100,14 @@ def _sort_postings(scores: dict) -> None:
             order = np.argsort(seg, kind="stable")
             indices[lo:hi] = seg[order]
             data[lo:hi] = data[lo:hi][order]
+
+
+def _sorted_vocabulary(tokens):
+    """Renumber the terms in sorted order: bm25s numbers stemmed terms in ``set`` order, which changes with
+    Python's hash seed, so the same documents would give a different index file in every process."""
+    terms = sorted(tokens.vocab, key=tokens.vocab.get)  # terms by their current id
+    order = sorted(range(len(terms)), key=terms.__getitem__)
+    new_id = np.empty(len(terms), dtype=np.int64)
+    new_id[order] = np.arange(len(terms))
+    ids = [new_id[np.asarray(doc, dtype=np.int64)].tolist() for doc in tokens.ids]
+    return type(tokens)(ids=ids, vocab={t: int(new_id[i]) for i, t in enumerate(terms)})
