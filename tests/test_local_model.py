@@ -29,17 +29,6 @@ MESSAGES = [{"role": "system", "content": "You are a retrieval agent."},
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    try:
-        path = default_gguf_path()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-
-
-@pytest.fixture(scope="module")
 def tiny(tokenizer):
     from transformers import LlamaConfig, LlamaForCausalLM
 

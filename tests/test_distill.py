@@ -1,0 +1,81 @@
+"""SFT data from teacher trajectories: assistant-only labels, the inference rendering, nothing label-derived."""
+import json
+
+import pytest
+
+from ark.distill.sft import IGNORE, sample_turns, sft_samples, tokenize_sample
+from ark.runs.store import load_run
+from tests.conftest import compose_cfg
+
+
+@pytest.fixture
+def rules_run(tiny_project):
+    """A rules 'teacher' run on the tiny graph (3 queries), as the evaluate stage writes it."""
+    from ark.stages import build_index, evaluate
+
+    overrides = tiny_project + ["retriever.params.stemmer=null", "backbone=rules", "agent.n_agents=2",
+                                "eval.progress=false"]
+    cfg = compose_cfg(overrides)
+    build_index.run(cfg)
+    result = evaluate.run(cfg)
+    return cfg, result["run_dir"]
+
+
+def tools_of(cfg):
+    from ark import build
+
+    return build.toolbox(cfg).schemas()
+
+
+def test_labels_are_exactly_the_assistant_turns(rules_run, tokenizer):
+    cfg, run_dir = rules_run
+    _, records = load_run(run_dir)
+    messages = records[0].agents[0].messages
+    turns = sample_turns(messages, tools_of(cfg))
+    sample = tokenize_sample(tokenizer, turns)
+    ids, labels = sample["input_ids"], sample["labels"]
+    assert len(ids) == len(labels)
+    # contiguous labelled spans, each one assistant turn followed by its end-of-turn token
+    spans, current = [], []
+    for token, label in zip(ids, labels):
+        if label == IGNORE:
+            if current:
+                spans.append(current)
+            current = []
+        else:
+            assert label == token
+            current.append(token)
+    spans += [current] if current else []
+    assistant = [t["content"] for t in turns if t["role"] == "assistant"]
+    assert len(spans) == len(assistant) >= 2
+    for span, text in zip(spans, assistant):
+        assert tokenizer.decode(span) == text + tokenizer.eos_token
+    # the unlabelled text is the prompt the model reads at inference, observations included
+    prompt = tokenizer.decode([t for t, label in zip(ids, labels) if label == IGNORE])
+    assert "Observation from search_in_graph" in prompt and "Question:" in prompt and "# Tools" in prompt
+
+
+def test_a_long_trajectory_is_cut_after_the_last_turn_that_fits(rules_run, tokenizer):
+    cfg, run_dir = rules_run
+    _, records = load_run(run_dir)
+    turns = sample_turns(records[0].agents[0].messages, tools_of(cfg))
+    full = tokenize_sample(tokenizer, turns)
+    cut = tokenize_sample(tokenizer, turns, max_tokens=len(full["input_ids"]) - 1)
+    assert cut is not None and len(cut["input_ids"]) < len(full["input_ids"])
+    assert cut["input_ids"] == full["input_ids"][: len(cut["input_ids"])]
+    assert tokenize_sample(tokenizer, turns, max_tokens=5) is None
+
+
+def test_nothing_label_derived_enters_the_data(rules_run, tokenizer, tiny_project):
+    """The samples are a function of the records and the tools only: other gold gives the same bytes."""
+    from ark.io import read_jsonl, write_jsonl
+
+    cfg, run_dir = rules_run
+    _, records = load_run(run_dir)
+    before = list(sft_samples(records, tools_of(cfg), tokenizer))
+    assert len(before) == 3 * 2  # every trajectory, none filtered by correctness
+    queries = f"{cfg.dataset.queries_dir}/test.jsonl"
+    write_jsonl(queries, [{**q, "answer_ids": [0]} for q in read_jsonl(queries)])
+    after = list(sft_samples(load_run(run_dir)[1], tools_of(cfg), tokenizer))
+    assert json.dumps(after) == json.dumps(before)
+    assert all(set(s) == {"id", "agent", "input_ids", "labels"} for s in before)
