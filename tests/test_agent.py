@@ -18,7 +18,7 @@ import pytest
 from ark.agent.aggregate import aggregate, ordering, shuffled, voting
 from ark.agent.loop import run_agent
 from ark.agent.policies import LLMPolicy, RulesPolicy
-from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+from ark.llm.client import Backbone, LLMClient, RetryPolicy
 from ark.runs.store import Run
 from ark.tools.toolbox import Toolbox
 from tests.conftest import ROOT, compose_cfg
@@ -168,7 +168,7 @@ def build_index(cfg):
     build_index.run(cfg)
 
 
-TIMINGS = {"wall_time", "model_time", "tool_time"}
+TIMINGS = {"wall_time", "model_time", "tool_time", "replayed_steps"}
 
 
 def without_timings(line: str) -> dict:
@@ -202,11 +202,14 @@ def test_evaluate_then_replay_from_cache_makes_no_calls_and_identical_records(ti
     assert [json.loads(r)["agents"][0]["model_time"] for r in replayed] == \
         [json.loads(r)["agents"][0]["model_time"] for r in records]
     assert (out / "metrics.json").read_text() == metrics
+    for line in replayed:  # a replayed query's wall-clock time is rebuilt from the recorded model and tool times
+        record = json.loads(line)
+        assert all(a["replayed_steps"] == a["steps"] for a in record["agents"])
+        assert record["wall_time"] == round(max(sum(a["model_time"]) + sum(a["tool_time"]) for a in record["agents"]), 4)
+    assert all(json.loads(line)["agents"][0]["replayed_steps"] == 0 for line in records)
 
 
 def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
-    from ark.stages import evaluate
-
     endpoint = ScriptedEndpoint(delay=0.4)
     with endpoint.serve() as server:
         cfg = evaluate_cfg(tiny_project, server.url, ["eval.concurrency=1", "agent.n_agents=1"])

@@ -14,14 +14,14 @@ from tests.conftest import ROOT, compose_cfg
 from tests.fake_openai import ScriptedEndpoint
 
 RESULT_AFFECTING = [
-    "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "split=test-0.1", "subset_seed=1", "eval.limit=2",
+    "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "split=test-0.1", "eval.limit=2",
     "retriever=dense", "retriever.params.k1=1.5", "backbone=gpt-4o", "backbone.temperature=0.2",
     "backbone.tool_mode=text", "backbone.max_tokens=99", "backbone.local.constrained=false",
     "backbone.local.dtype=float32", "agent.T_max=7", "agent.n_agents=2", "agent.aggregation=ordering",
     "agent.global_k=9", "agent.neighbor_k=5", "seed=3", "ablation=no_q", "ablation=no_neighbors",
     "prompt=minimal", "backbone.tool_choice=auto",
 ]
-NOT_RESULT_AFFECTING = ["eval.concurrency=1", "logger=none", "logger.project=other", "eval.progress=false",
+NOT_RESULT_AFFECTING = ["eval.concurrency=1", "subset_seed=1", "logger=none", "logger.project=other", "eval.progress=false",
                         "llm.cache=/tmp/elsewhere.sqlite", "paths.logs=/tmp/logs", "cpu_threads=1",
                         "backbone.api_base=http://10.0.0.1:8000/v1", "llm.retry.max_attempts=2"]
 
@@ -38,6 +38,11 @@ def test_each_result_affecting_setting_gets_its_own_run_directory():
 def test_runtime_settings_keep_the_same_run():
     base = run_name([])
     assert all(run_name([o]) == base for o in NOT_RESULT_AFFECTING)
+    dense = run_name(["retriever=dense"])
+    assert run_name(["retriever=dense", "retriever.params.batch_size=8"]) == dense
+    assert run_name(["retriever=dense", "retriever.params.bf16=false"]) != dense
+    # a subset's seed matters only for a fractional split
+    assert run_name(["split=test-0.1", "subset_seed=1"]) != run_name(["split=test-0.1"])
 
 
 def test_an_adapter_is_part_of_the_identity_by_content(tmp_path):
@@ -175,15 +180,22 @@ def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_
     assert json.loads((run_dir / "metrics.json").read_text())["n_queries"] == 3 and healthy.calls == 3 * 2
 
 
-@pytest.mark.parametrize("override, message", [
-    ("agent.T_max=0", "agent.T_max must be an integer >= 1"),
-    ("agent.n_agents=0", "agent.n_agents must be"),
-    ("eval.concurrency=0", "eval.concurrency must be"),
-    ("eval.limit=-1", "eval.limit must be"),
-    ("agent.aggregation=borda", "agent.aggregation must be one of"),
+@pytest.mark.parametrize("stage, overrides, message", [
+    ("evaluate", ["agent.T_max=0"], "agent.T_max must be an integer >= 1"),
+    ("evaluate", ["agent.T_max=true"], "agent.T_max must be an integer >= 1"),
+    ("evaluate", ["agent.n_agents=0"], "agent.n_agents must be"),
+    ("evaluate", ["eval.concurrency=0"], "eval.concurrency must be"),
+    ("evaluate", ["eval.limit=-1"], "eval.limit must be"),
+    ("baseline", ["eval.limit=-1"], "eval.limit must be"),
+    ("evaluate", ["agent.aggregation=borda"], "agent.aggregation must be one of"),
+    ("evaluate", ["metrics=[hit@0]"], "unknown metric 'hit@0'"),
+    ("evaluate", ["backbone=local_smollm2", "backbone.local.adapter=/nonexistent/adapter"],
+     "backbone.local.adapter: no adapter directory"),
+    ("baseline", ["retriever.params.k1=1.5"], "the index at"),  # built with k1 1.2
 ])
-def test_bad_config_values_exit_2_before_any_work(tiny_rules, tmp_path, override, message):
-    out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *tiny_rules, "backbone=rules", override,
+def test_bad_config_values_exit_2_before_any_work(tiny_rules, tmp_path, stage, overrides, message):
+    backbone = [] if any(o.startswith("backbone=") for o in overrides) else ["backbone=rules"]
+    out = subprocess.run([sys.executable, "-m", f"ark.stages.{stage}", *tiny_rules, *backbone, *overrides,
                           "retriever.params.stemmer=null", f"hydra.run.dir={tmp_path}/hydra"],
                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = out.stderr.strip().splitlines()
@@ -242,3 +254,21 @@ def test_a_fraction_split_is_a_seeded_subset_and_a_shipped_file_wins(tmp_path):
     assert load_queries(tmp_path, "test-0.1") == rows[:3]
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         load_queries(tmp_path, "dev")
+
+
+def test_a_leave_publication_out_graph_refuses_queries_from_another_source(tmp_path):
+    from ark import build
+    from ark.data.phenopackets import source_identity
+    from ark.errors import UserError
+    from tests.helpers import tiny_graph
+
+    left_out, other = tmp_path / "release-a.jsonl", tmp_path / "release-b.jsonl"
+    left_out.write_text('{"id": "case-1"}\n')
+    other.write_text('{"id": "case-2"}\n')
+    graph = tiny_graph()
+    graph.meta["excluded"] = {"source": source_identity(left_out)}
+    with pytest.raises(UserError, match="leaves out the publications of release-a.jsonl"):
+        build.queries(compose_cfg(["queries=phenopackets", f"queries.source={other}"]), graph)
+    with pytest.raises(UserError, match="no query file"):  # the same source passes the check
+        build.queries(compose_cfg(["queries=phenopackets", f"queries.source={left_out}",
+                                   f"paths.data={tmp_path}"]), graph)

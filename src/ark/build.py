@@ -7,6 +7,8 @@ Adding a backbone: a ``conf/backbone/<name>.yaml`` with one of the ``kind`` valu
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -17,15 +19,26 @@ AGGREGATIONS = ("voting", "ordering", "random")
 
 def validate(cfg: DictConfig) -> None:
     """Config values checked before any work (one clear error, nothing written)."""
+    from ark.eval.metrics import parse_metric
+
     a = cfg.agent
     for name, value in (("agent.T_max", a.T_max), ("agent.n_agents", a.n_agents),
                         ("eval.concurrency", cfg.eval.concurrency)):
-        if not isinstance(value, int) or value < 1:
+        if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
-    if cfg.eval.limit is not None and (not isinstance(cfg.eval.limit, int) or cfg.eval.limit < 0):
+    if cfg.eval.limit is not None and (not _is_int(cfg.eval.limit) or cfg.eval.limit < 0):
         raise UserError(f"eval.limit must be null or an integer >= 0, got {cfg.eval.limit!r}")
     if a.aggregation not in AGGREGATIONS:
         raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
+    for metric in cfg.metrics:
+        parse_metric(metric)
+    adapter = OmegaConf.select(cfg, "backbone.local.adapter")
+    if adapter and not Path(adapter).is_dir():
+        raise UserError(f"backbone.local.adapter: no adapter directory at {adapter}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def graph(cfg: DictConfig):
@@ -35,8 +48,14 @@ def graph(cfg: DictConfig):
 
 
 def relevance(cfg: DictConfig):
-    from ark.index import load_relevance
+    """The index in ``dataset.index_dir``, which must have been built with ``cfg.retriever``'s settings."""
+    from ark.index import index_settings, load_relevance
 
+    info = Path(cfg.dataset.index_dir) / "info.json"
+    wanted = index_settings(cfg.retriever)
+    if info.exists() and json.loads(info.read_text()).get("settings") != wanted:
+        raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "
+                        f"{wanted}; rebuild it (build_index) with these settings")
     return load_relevance(cfg.retriever.name, cfg.dataset.index_dir)
 
 
@@ -46,10 +65,23 @@ def toolbox(cfg: DictConfig):
     return Toolbox(graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
 
 
-def queries(cfg: DictConfig, num_nodes: int) -> list[dict]:
-    """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph."""
+def queries(cfg: DictConfig, graph) -> list[dict]:
+    """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph.
+
+    On a leave-publication-out graph, the queries must come from the phenopacket file whose publications the
+    graph left out."""
     from ark.data.queries import load_queries
 
+    left_out = (graph.meta.get("excluded") or {}).get("source")
+    source = cfg.queries.get("source")
+    if left_out and source:
+        from ark.data.phenopackets import source_identity
+
+        if source_identity(source) != left_out:
+            raise UserError(f"{cfg.dataset.name} leaves out the publications of {left_out['file']} "
+                            f"(sha256 {str(left_out['sha256'])[:12]}…), but queries.source is {source}: rebuild "
+                            "the graph with dataset.exclude_publications_of set to it")
+    num_nodes = graph.num_nodes
     rows = load_queries(cfg.dataset.queries_dir, cfg.split, cfg.subset_seed)
     if cfg.eval.limit is not None:
         rows = rows[: cfg.eval.limit]

@@ -81,19 +81,18 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def sha256_tree(directory: str | Path) -> str:
+    """One sha256 over a directory: every file's relative path and content hash, in path order."""
+    root = Path(directory)
+    h = hashlib.sha256()
+    for f in sorted(q for q in root.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
 def hash_paths(paths) -> dict[str, str]:
-    """sha256 of each file; a directory hashes its files in sorted order into one digest."""
-    out = {}
-    for p in map(Path, paths):
-        if p.is_dir():
-            h = hashlib.sha256()
-            for f in sorted(q for q in p.rglob("*") if q.is_file()):
-                h.update(str(f.relative_to(p)).encode())
-                h.update(sha256_file(f).encode())
-            out[str(p)] = h.hexdigest()
-        elif p.exists():
-            out[str(p)] = sha256_file(p)
-    return out
+    """sha256 of each file or directory (``sha256_tree``) that exists."""
+    return {str(p): sha256_tree(p) if p.is_dir() else sha256_file(p) for p in map(Path, paths) if p.exists()}
 
 
 def package_versions() -> dict[str, str]:

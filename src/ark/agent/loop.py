@@ -29,6 +29,7 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
         traj.model_time.append(round(reply.latency, 4))
         traj.tokens.append([reply.prompt_tokens, reply.completion_tokens])
         traj.cost += reply.cost
+        traj.replayed_steps += reply.cached
         traj.tool_time.append(0.0)
         if reply.error is not None:
             traj.errors.append(reply.error)

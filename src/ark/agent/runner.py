@@ -20,8 +20,13 @@ async def run_query(policy, toolbox: Toolbox, query: dict, n_agents: int, T_max:
                   prompt)
         for a in range(n_agents)))
     ranking = aggregate([t.answer for t in trajectories], aggregation, seed=seed)
+    wall = time.perf_counter() - start
+    if any(t.replayed_steps for t in trajectories):
+        # replayed from the cache the query took no model time now: its wall-clock time is then the slowest
+        # agent's recorded model time plus its tool time, as it was when the model answered
+        wall = max(sum(t.model_time) + sum(t.tool_time) for t in trajectories)
     return QueryRecord(id=query["id"], query=query["query"], ranking=ranking, agents=list(trajectories),
-                       wall_time=round(time.perf_counter() - start, 4))
+                       wall_time=round(wall, 4))
 
 
 async def run_queries(policy, toolbox: Toolbox, queries: list[dict], n_agents: int, T_max: int, aggregation: str,

@@ -185,21 +185,23 @@ ANNOTATION = ["database_id", "qualifier", "hpo_id", "aspect"]  # one disease-phe
 
 
 def publication_only_annotations(hpoa: pd.DataFrame, publications: set[str]) -> pd.Series:
-    """Rows whose annotation (disease, qualifier, term, aspect) rests only on references in ``publications``:
-    every reference of every row of that annotation (``PMID:…;OMIM:…`` lists) is one of them."""
+    """Rows of disease-phenotype annotations (aspect P: present or, qualified NOT, absent) that rest only on
+    references in ``publications``: every reference of every row of that annotation (``PMID:…;OMIM:…``
+    lists) is one of them. Inheritance, onset and clinical-course annotations are kept."""
     refs = hpoa.reference.str.split(";").map(lambda rs: {r.strip() for r in rs if r.strip()})
-    only = refs.map(lambda rs: bool(rs) and rs <= publications)
+    only = refs.map(lambda rs: bool(rs) and rs <= publications) & (hpoa.aspect == "P")
     return only.groupby([hpoa[c] for c in ANNOTATION]).transform("all")
 
 
 def exclusion_counts(hpoa: pd.DataFrame, drop: pd.Series, publications: set[str]) -> dict:
-    kept = hpoa[~drop].database_id.unique()
+    phenotypes = hpoa[hpoa.aspect == "P"]
     removed = hpoa[drop]
+    kept = phenotypes[~drop[phenotypes.index]].database_id.unique()
     return {"publications": len(publications),
             "annotations_removed": int(len(removed.drop_duplicates(ANNOTATION))),
-            "annotations_total": int(len(hpoa.drop_duplicates(ANNOTATION))),
+            "phenotype_annotations": int(len(phenotypes.drop_duplicates(ANNOTATION))),
             "diseases_touched": int(removed.database_id.nunique()),
-            "diseases_left_without_annotations": int(len(set(removed.database_id) - set(kept)))}
+            "diseases_left_without_phenotypes": int(len(set(removed.database_id) - set(kept)))}
 
 
 # --------------------------------------------------------------------------- build
@@ -267,7 +269,7 @@ TYPE_ORDER = [
 
 
 def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relations_per_line: int,
-                exclude_publications: set[str] | None = None) -> Graph:
+                exclude_publications: set[str] | None = None, excluded_source: dict | None = None) -> Graph:
     """The graph; with ``exclude_publications`` (``PMID:…`` ids) the disease-phenotype annotations that rest
     only on those publications are left out (leave-publication-out; counts in ``meta["excluded"]``). The node
     table is the same either way, so node ids and query files are shared with the full graph."""
@@ -295,7 +297,7 @@ def build_biokg(files: dict[str, Path], doc_relation_types: list[str], max_relat
     excluded = None
     if exclude_publications is not None:
         drop = publication_only_annotations(hpoa, exclude_publications)
-        excluded = exclusion_counts(hpoa, drop, exclude_publications)
+        excluded = {"source": excluded_source, **exclusion_counts(hpoa, drop, exclude_publications)}
         hpoa = hpoa[~drop]
     for db_id, qualifier, hpo_id, frequency, aspect in hpoa[
         ["database_id", "qualifier", "hpo_id", "frequency", "aspect"]
@@ -389,10 +391,10 @@ def _first_by_id(conn: sqlite3.Connection, table: str, column: str) -> dict[int,
 
 
 def build_from_raw(raw_dir: str | Path, artefacts: dict, doc_relation_types: list[str], max_relations_per_line: int,
-                   exclude_publications: set[str] | None = None) -> Graph:
+                   exclude_publications: set[str] | None = None, excluded_source: dict | None = None) -> Graph:
     work = tempfile.mkdtemp(prefix="biokg-")
     try:
         files = extract_sources(raw_dir, artefacts, work)
-        return build_biokg(files, doc_relation_types, max_relations_per_line, exclude_publications)
+        return build_biokg(files, doc_relation_types, max_relations_per_line, exclude_publications, excluded_source)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -136,6 +136,15 @@ def pmid_of(packet: dict) -> str:
     return str(packet.get("id", ""))
 
 
+def source_identity(path_or_url) -> dict:
+    """Which phenopacket file: its name, and its sha256 when it is a local file."""
+    from ark.io import sha256_file
+
+    source = str(path_or_url)
+    local = not source.startswith(("http://", "https://"))
+    return {"file": Path(source).name, "sha256": sha256_file(source) if local else None}
+
+
 def case_publications(packets) -> set[str]:
     """Every ``PMID:`` a case of the source cites (all of its external references, not only the first)."""
     return {str(ref.get("id")) for packet in packets

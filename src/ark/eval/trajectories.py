@@ -49,4 +49,6 @@ def timing_statistics(records: list[QueryRecord]) -> dict:
     if agents:
         out["agent_model_time_p50_s"] = float(np.median([sum(a.model_time) for a in agents]))
         out["agent_tool_time_p50_s"] = float(np.median([sum(a.tool_time) for a in agents]))
-    return {k: round(v, 4) for k, v in out.items()}
+    out = {k: round(v, 4) for k, v in out.items()}
+    out["replayed_queries"] = sum(any(a.replayed_steps for a in r.agents) for r in records)
+    return out

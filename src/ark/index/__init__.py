@@ -20,6 +20,17 @@ class Relevance(Protocol):
     def score(self, query: str, ids: np.ndarray) -> np.ndarray: ...
 
 
+RUNTIME_PARAMS = ("device", "batch_size")  # how fast an index is built, not what it holds
+
+
+def index_settings(retriever_cfg) -> dict:
+    """The retriever settings an index is built with (stored in its ``info.json``; part of a run's identity)."""
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.to_container(retriever_cfg.params, resolve=True) if retriever_cfg.get("params") else {}
+    return {"name": retriever_cfg.name, "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
+
+
 def build_relevance(kind: str, docs, params: dict):
     if kind == "bm25":
         from ark.index.bm25 import BM25Index

@@ -2,7 +2,6 @@
 adapters on top, and the fingerprint of both (what the response cache keys a local model by)."""
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -11,6 +10,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+
+from ark.io import sha256_file, sha256_tree
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
@@ -83,14 +84,6 @@ def apply_adapter(model, adapter: str | os.PathLike, merge: bool = True):
 
 
 # ---------------------------------------------------------------- fingerprint
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def gguf_sha256(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
     """sha256 of a GGUF file, remembered in a sidecar JSON (under ``cache_dir``, else beside the file)
     that is valid while the file's path, size and mtime stay the same."""
@@ -105,7 +98,7 @@ def gguf_sha256(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | Non
             return known["sha256"]
     except (OSError, ValueError, KeyError):
         pass
-    digest = file_sha256(path)
+    digest = sha256_file(path)
     try:
         where.mkdir(parents=True, exist_ok=True)
         tmp = sidecar.with_name(f"{sidecar.name}.{os.getpid()}.tmp")
@@ -117,14 +110,10 @@ def gguf_sha256(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | Non
 
 
 def adapter_sha256(adapter: str | os.PathLike) -> str:
-    """One sha256 over an adapter directory: every file's relative path and content hash, in path order."""
-    root = Path(adapter)
-    if not root.is_dir():
+    """The adapter directory's ``ark.io.sha256_tree`` (the digest run identities use too)."""
+    if not Path(adapter).is_dir():
         raise FileNotFoundError(f"adapter {adapter} is not a directory")
-    h = hashlib.sha256()
-    for p in sorted(q for q in root.rglob("*") if q.is_file()):
-        h.update(f"{p.relative_to(root).as_posix()}\0{file_sha256(p)}\n".encode())
-    return h.hexdigest()
+    return sha256_tree(adapter)
 
 
 def fingerprint(gguf_path: str | os.PathLike | None, adapter: str | os.PathLike | None,

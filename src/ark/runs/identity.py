@@ -12,14 +12,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ark.io import hash_paths
+from ark.index import index_settings
+from ark.io import sha256_tree
 
 # keys dropped from a group: where things are on this machine, and how fast they run
 NOT_IDENTITY = {
     "dataset": {"raw_dir", "graph_dir", "index_dir", "queries_dir", "root"},
     "queries": {"qa_dir"},
     "backbone": {"api_base", "api_key_env"},
-    "retriever": set(),
 }
 NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}
 FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name counts, not where this checkout keeps them
@@ -32,9 +32,24 @@ STAGE_SETTINGS = {
 }
 
 
+SCALARS = ("split", "subset_seed", "seed")  # top-level settings in conf/config.yaml; dotted keys too
+
+
+def config_groups(stage: str) -> tuple[str, ...]:
+    """The Hydra config groups a stage's results depend on (each one a params file in dvc.yaml)."""
+    return tuple(k for k in STAGE_SETTINGS[stage] if "." not in k and k not in SCALARS)
+
+
 def _select(cfg: DictConfig, key: str):
     value = OmegaConf.select(cfg, key, default=None)
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+
+def _subset_seed(cfg: DictConfig):
+    """Which queries a fractional split keeps; no setting at all for a whole split."""
+    from ark.data.queries import parse_split
+
+    return cfg.subset_seed if parse_split(cfg.split)[1] is not None else None
 
 
 def identity(cfg: DictConfig, stage: str) -> dict:
@@ -43,7 +58,12 @@ def identity(cfg: DictConfig, stage: str) -> dict:
         raise KeyError(f"no run identity defined for stage {stage!r}")
     out: dict = {"stage": stage}
     for key in STAGE_SETTINGS[stage]:
-        value = _select(cfg, key)
+        if key == "subset_seed":
+            value = _subset_seed(cfg)
+        elif key == "retriever":
+            value = index_settings(cfg.retriever)  # what the index holds, not how fast it was built
+        else:
+            value = _select(cfg, key)
         if isinstance(value, dict):
             value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ())}
             for file_key in FILE_KEYS:
@@ -52,7 +72,7 @@ def identity(cfg: DictConfig, stage: str) -> dict:
             if key == "backbone" and isinstance(value.get("local"), dict):
                 local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
                 if local.get("adapter"):  # a retrained adapter at the same path is another model
-                    local["adapter_sha256"] = hash_paths([local["adapter"]]).get(str(Path(local["adapter"])))
+                    local["adapter_sha256"] = sha256_tree(local["adapter"])
                 value["local"] = local
         if value is not None or key in ("seed", "eval.limit"):
             out[key] = value

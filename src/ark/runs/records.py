@@ -26,6 +26,7 @@ class Trajectory:
     tool_failures: int = 0  # of which the tool itself raised
     replies_without_call: int = 0
     errors: list[str] = field(default_factory=list)  # model calls that failed after their retries
+    replayed_steps: int = 0  # steps answered from the LLM cache (their model time is the recorded one)
 
     @property
     def prompt_tokens(self) -> int:
@@ -49,7 +50,7 @@ class QueryRecord:
     ranking: list[int]
     agents: list[Trajectory] = field(default_factory=list)
     ranking_scores: list[float] | None = None  # retrieval scores of a baseline's ranking
-    wall_time: float = 0.0  # seconds from the query's start to its slowest agent's end
+    wall_time: float = 0.0  # seconds from the query's start to its slowest agent's end (see ``runner``)
 
     @property
     def complete(self) -> bool:

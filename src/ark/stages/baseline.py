@@ -14,11 +14,12 @@ from ark import build
 from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records
 from ark.runs.records import QueryRecord
+from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
 from ark.tracking import stage_run
 
-GROUPS = ("dataset", "queries", "retriever")  # config groups its results depend on
+GROUPS = config_groups("baseline")  # config groups its results depend on
 
 
 def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tuple[list[int], list[float]]:
@@ -35,9 +36,10 @@ def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tu
 
 
 def run(cfg: DictConfig) -> dict:
+    build.validate(cfg)
     graph = build.graph(cfg)
     relevance = build.relevance(cfg)
-    queries = build.queries(cfg, graph.num_nodes)
+    queries = build.queries(cfg, graph)
     restricted = graph.meta.get("candidate_types") is not None
     candidate_array = graph.candidate_ids() if restricted else None
     run_ = Run(cfg, "baseline")

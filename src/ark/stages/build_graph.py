@@ -16,13 +16,14 @@ def build(cfg: DictConfig) -> Graph:
         from ark.data.biokg import build_from_raw
         from omegaconf import OmegaConf
 
-        excluded = None
+        excluded, source = None, None
         if ds.get("exclude_publications_of"):
-            from ark.data.phenopackets import case_publications, read_phenopackets
+            from ark.data.phenopackets import case_publications, read_phenopackets, source_identity
 
             excluded = case_publications(read_phenopackets(ds.exclude_publications_of))
+            source = source_identity(ds.exclude_publications_of)
         return build_from_raw(ds.raw_dir, OmegaConf.to_container(ds.artefacts, resolve=True),
-                              list(ds.documents.relation_types), ds.documents.max_per_relation, excluded)
+                              list(ds.documents.relation_types), ds.documents.max_per_relation, excluded, source)
     if ds.kind == "stark":
         from ark.graph.stark import load_stark_skb
 

@@ -5,7 +5,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ark.graph import load_graph
-from ark.index import build_relevance
+from ark.index import build_relevance, index_settings
 from ark.io import atomic_dir, write_json
 from ark.tracking import stage_run
 from ark.stages import clear_errors
@@ -18,7 +18,8 @@ def run(cfg: DictConfig) -> dict:
     start = time.perf_counter()
     index = build_relevance(cfg.retriever.name, graph.doc, OmegaConf.to_container(cfg.retriever.params))
     seconds = time.perf_counter() - start
-    info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes}  # no timings: the index stays byte-identical
+    # no timings: a rebuild is byte-identical
+    info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(cfg.retriever)}
     with atomic_dir(cfg.dataset.index_dir) as tmp:
         index.save(tmp)
         write_json(tmp / "info.json", info)

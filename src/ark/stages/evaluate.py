@@ -20,18 +20,19 @@ from ark.errors import IncompleteRun
 from ark.eval.metrics import as_candidates, score_query
 from ark.eval.score import score_records
 from ark.eval.trajectories import run_statistics, timing_statistics
+from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
 from ark.tracking import stage_run
 
-GROUPS = ("dataset", "queries", "retriever", "ablation", "agent", "backbone", "prompt")  # config groups its results depend on
+GROUPS = config_groups("evaluate")  # config groups its results depend on
 
 
 def run(cfg: DictConfig) -> dict:
     build.validate(cfg)
     tools = build.toolbox(cfg)
     graph = tools.graph
-    queries = build.queries(cfg, graph.num_nodes)
+    queries = build.queries(cfg, graph)
     gold = {q["id"]: q["answer_ids"] for q in queries}
     candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
     run_ = Run(cfg, "evaluate")
