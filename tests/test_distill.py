@@ -1,5 +1,6 @@
 """SFT data from teacher trajectories: assistant-only labels, the inference rendering, nothing label-derived."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def rules_run(tiny_project):
     cfg = compose_cfg(overrides)
     build_index.run(cfg)
     result = evaluate.run(cfg)
-    return cfg, result["run_dir"]
+    return cfg, result["run_dir"], overrides
 
 
 def tools_of(cfg):
@@ -28,7 +29,7 @@ def tools_of(cfg):
 
 
 def test_labels_are_exactly_the_assistant_turns(rules_run, tokenizer):
-    cfg, run_dir = rules_run
+    cfg, run_dir, _ = rules_run
     _, records = load_run(run_dir)
     messages = records[0].agents[0].messages
     turns = sample_turns(messages, tools_of(cfg))
@@ -56,7 +57,7 @@ def test_labels_are_exactly_the_assistant_turns(rules_run, tokenizer):
 
 
 def test_a_long_trajectory_is_cut_after_the_last_turn_that_fits(rules_run, tokenizer):
-    cfg, run_dir = rules_run
+    cfg, run_dir, _ = rules_run
     _, records = load_run(run_dir)
     turns = sample_turns(records[0].agents[0].messages, tools_of(cfg))
     full = tokenize_sample(tokenizer, turns)
@@ -70,7 +71,7 @@ def test_nothing_label_derived_enters_the_data(rules_run, tokenizer, tiny_projec
     """The samples are a function of the records and the tools only: other gold gives the same bytes."""
     from ark.io import read_jsonl, write_jsonl
 
-    cfg, run_dir = rules_run
+    cfg, run_dir, _ = rules_run
     _, records = load_run(run_dir)
     before = list(sft_samples(records, tools_of(cfg), tokenizer))
     assert len(before) == 3 * 2  # every trajectory, none filtered by correctness
@@ -89,7 +90,7 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     from ark.distill.train import train_lora
     from ark.llm.weights import apply_adapter, fingerprint
 
-    cfg, run_dir = rules_run
+    cfg, run_dir, _ = rules_run
     samples = list(sft_samples(load_run(run_dir)[1], tools_of(cfg), tokenizer))
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -107,3 +108,28 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     before = base(ids).logits
     after = apply_adapter(base, tmp_path / "adapter")(ids).logits
     assert not torch.allclose(before, after)  # the adapter learned something and loads on the base
+
+
+def test_the_distill_stage_writes_an_adapter_with_its_model_card(rules_run, tokenizer, tmp_path):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ark.stages import distill
+
+    _, run_dir, overrides = rules_run
+    dcfg = compose_cfg(overrides + ["distill=smoke", f"distill.teacher={Path(run_dir).parent}",
+                                    f"distill.out={tmp_path}/student"])
+    torch.manual_seed(0)
+    tiny = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+                                        max_position_embeddings=4096))
+    result = distill.run(dcfg, tiny, tokenizer)
+    out = tmp_path / "student"
+    assert result["steps"] == 3 and (out / "adapter_config.json").exists() and (out / "curve.json").exists()
+    card = (out / "README.md").read_text()
+    assert "Teacher: `rules`" in card and "label-free" in card
+    report = json.loads((out / "report.json").read_text())
+    assert report["teacher"]["backbone"]["name"] == "rules" and "answer_ids" not in json.dumps(report)
+    student = compose_cfg(["backbone=student", f"backbone.local.adapter={out}"]).backbone
+    assert student.name == "student" and not student.local.constrained and student.kind == "local"
+

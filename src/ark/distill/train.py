@@ -31,7 +31,7 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool):
         per_device_train_batch_size=d.batch_size,
         per_device_eval_batch_size=d.batch_size,
         gradient_accumulation_steps=d.grad_accum,
-        gradient_checkpointing=d.gradient_checkpointing,
+        activation_checkpointing=d.gradient_checkpointing,
         bf16=d.bf16,
         use_liger_kernel=d.liger and _liger_installed(),
         max_length=d.max_tokens,
