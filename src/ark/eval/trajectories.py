@@ -34,7 +34,6 @@ def run_statistics(records: list[QueryRecord]) -> dict:
         "cost_usd": round(sum(a.cost for a in agents), 6),
         "cost_per_query_usd": round(sum(a.cost for a in agents) / n_q, 6),
         "failed_llm_calls": int(sum(len(a.errors) for a in agents)),
-        "incomplete_queries": int(sum(not r.complete for r in records)),
     }
 
 

@@ -1,7 +1,7 @@
 """Run identity: the resolved settings that can change a run's result -> a directory name.
 
 A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(cfg, stage)``,
-so two configurations never share a directory and the same configuration resumes. Settings that cannot
+(``run_name``), so two configurations never share a directory and the same configuration resumes. Settings that cannot
 change a result (paths, logger, concurrency, progress bars, cache location, threads) are not part of it.
 """
 from __future__ import annotations
@@ -30,8 +30,6 @@ STAGE_SETTINGS = {
     "evaluate": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "backbone", "prompt",
                  "agent", "ablation", "seed"),
 }
-
-
 SCALARS = ("split", "subset_seed", "seed")  # top-level settings in conf/config.yaml; dotted keys too
 
 
@@ -96,6 +94,6 @@ def readable_name(ident: dict) -> str:
     return "-".join(str(p).replace("/", "_") for p in parts)
 
 
-def run_dir(cfg: DictConfig, stage: str) -> Path:
-    ident = identity(cfg, stage)
-    return Path(cfg.run.root) / f"{readable_name(ident)}-{identity_hash(ident)}"
+def run_name(ident: dict) -> str:
+    """The run's directory name: readable, then the hash that makes it unique."""
+    return f"{readable_name(ident)}-{identity_hash(ident)}"

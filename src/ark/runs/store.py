@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
-from ark.runs.identity import identity, identity_hash, readable_name
+from ark.runs.identity import identity, run_name
 from ark.runs.records import QueryRecord
 
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
@@ -80,7 +80,7 @@ class Run:
     def __init__(self, cfg, stage: str):
         self.stage = stage
         self.identity = identity(cfg, stage)
-        self.name = f"{readable_name(self.identity)}-{identity_hash(self.identity)}"
+        self.name = run_name(self.identity)
         self.dir = Path(cfg.run.root) / self.name
         self.publish_dir = Path(cfg.run.publish) if cfg.run.get("publish") else None
         self.timing_path = Path(cfg.paths.logs) / "runs" / f"{self.name}.json"
@@ -124,9 +124,14 @@ def _cpu_name() -> str:
 
 
 def data_inputs(cfg) -> list[Path]:
-    """The data files a run over ``cfg``'s dataset and split reads (hashed into its provenance)."""
-    return [Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl", Path(cfg.dataset.graph_dir),
-            Path(cfg.dataset.index_dir)]
+    """The data files a run over ``cfg``'s dataset and split reads (hashed into its provenance); a subset
+    split without a file of its own (``test-0.1``) reads its base split's file."""
+    from ark.data.queries import parse_split
+
+    queries = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
+    if not queries.exists():
+        queries = queries.with_name(f"{parse_split(cfg.split)[0]}.jsonl")
+    return [queries, Path(cfg.dataset.graph_dir), Path(cfg.dataset.index_dir)]
 
 
 def load_run(directory: str | Path) -> tuple[dict, list[QueryRecord]]:

@@ -54,8 +54,8 @@ def run(cfg: DictConfig) -> dict:
     gold = {q["id"]: q["answer_ids"] for q in queries}
     candidates = as_candidates(candidate_array) if restricted else None
     scores, metrics = score_records(records, gold, list(cfg.metrics), candidates)
-    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     run_.finish(scores, metrics, {}, data_inputs(cfg))
+    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     return {**metrics, "run_dir": str(run_.dir)}
 
 

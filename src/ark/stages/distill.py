@@ -42,7 +42,8 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     d = cfg.distill
     if not d.get("teacher"):
         raise UserError("distill.teacher must name the teacher's run (a run directory or a run root)")
-    config, records = load_run(teacher_run(d.teacher))
+    teacher = teacher_run(d.teacher)
+    config, records = load_run(teacher)
     if config.get("dataset", {}).get("name") != cfg.dataset.name:
         raise UserError(f"the teacher ran on {config.get('dataset', {}).get('name')}, not on {cfg.dataset.name}")
     tools = build.toolbox(cfg).schemas()  # the tool set the student will be served with
@@ -63,7 +64,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     with atomic_dir(d.out) as tmp:
         report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed)
         report["seconds"] = round(time.perf_counter() - start, 1)
-        card = {"teacher_run": str(teacher_run(d.teacher).name), "teacher": config,
+        card = {"teacher_run": teacher.name, "teacher": config,
                 "recipe": OmegaConf.to_container(d, resolve=True), "report": report}
         write_json(tmp / "report.json", card)
         (tmp / "README.md").write_text(model_card(card))
