@@ -102,6 +102,41 @@ def test_rules_policy_is_label_free_and_uses_the_same_tools():
     assert traj.finished and traj.answer and all(tb.graph.type_name(v) == "effect/phenotype" for v in traj.answer)
 
 
+RULE_WORDS = {"disease": ["disease"], "effect/phenotype": ["phenotype", "finding"]}
+HUB_QUESTION = "Which findings of Holt-Oram heart disease"  # 25 phenotype neighbors behind one disease hit
+
+
+def rules_calls(policy, tb, query, agent):
+    traj = asyncio.run(run_agent(policy.session(query, agent), tb, query, T_max=10, agent=agent))
+    return [(tc["function"]["name"], json.loads(tc["function"]["arguments"]))
+            for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]]
+
+
+def test_rules_at_temperature_zero_is_the_deterministic_policy_for_every_agent_and_seed():
+    tb = toolbox()
+    plain = rules_calls(RulesPolicy(tb, RULE_WORDS), tb, HUB_QUESTION, 0)
+    cold = RulesPolicy(tb, RULE_WORDS, temperature=0.0, seed=7)
+    assert all(rules_calls(cold, tb, HUB_QUESTION, a) == plain for a in range(3))
+
+
+def test_stochastic_rules_are_reproducible_per_seed_and_agent_and_differ_across_agents():
+    tb = toolbox()
+    hot = RulesPolicy(tb, RULE_WORDS, temperature=0.7, seed=0)
+    agents = [rules_calls(hot, tb, HUB_QUESTION, a) for a in range(3)]
+    # the same (seed, agent, query) gives the same trajectory, in another policy object and in any order
+    assert [rules_calls(RulesPolicy(tb, RULE_WORDS, temperature=0.7, seed=0), tb, HUB_QUESTION, a)
+            for a in (2, 1, 0)] == agents[::-1]
+    assert agents[0] != agents[1] != agents[2] != agents[0]
+    assert rules_calls(RulesPolicy(tb, RULE_WORDS, temperature=0.7, seed=1), tb, HUB_QUESTION, 0) != agents[0]
+    for calls in agents:  # different, but the same sensible script: search, typed neighborhoods, answer, finish
+        names = [name for name, _ in calls]
+        assert names[0] == "search_in_graph" and names[-2:] == ["add_to_answer", "finish"]
+        assert 1 <= calls[0][1]["size"] <= tb.config.global_k_max
+        assert all(args["node_type"] == "effect/phenotype" for name, args in calls if name == "search_in_neighborhood")
+        answer = [n["node_index"] for n in calls[-2][1]["answer_nodes"]]
+        assert answer and all(tb.graph.type_name(v) == "effect/phenotype" for v in answer)
+
+
 # ------------------------------------------------------------------ client: retries, cache
 def fake_backbone(**kw):
     return Backbone(name="fake", model="openai/fake", temperature=0.7, max_tokens=64, **kw)

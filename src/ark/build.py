@@ -130,7 +130,8 @@ def policy(cfg: DictConfig, tools):
     if b.kind == "rules":
         from ark.agent.policies import RulesPolicy
 
-        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand)
+        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand,
+                          temperature=b.temperature, seed=cfg.seed)
         return
     from ark.agent.policies import LLMPolicy
 

@@ -2,14 +2,22 @@
 whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant message + accounting).
 
 - ``LLMPolicy``: any backbone through ``ark.llm.LLMClient``; agent i samples with seed ``seed + i``.
-- ``RulesPolicy``: deterministic and label-free; uses the same tools and writes the same messages:
-  global search for the question, infer the answer type from the question's words, explore the
-  neighborhoods of the top non-answer-type hits filtered to that type, add the answer-type nodes
-  found (global hits first, then neighbors, interleaved by rank), finish.
+- ``RulesPolicy``: label-free; uses the same tools and writes the same messages: global search for the
+  question, infer the answer type from the question's words, explore the neighborhoods of the top
+  non-answer-type hits filtered to that type, add the answer-type nodes found (global hits first, then
+  neighbors, interleaved by rank), finish. Deterministic at ``temperature`` 0 (the default). Above 0 each
+  agent samples, from a generator seeded by (seed, agent, query text), so a run is reproducible whatever
+  the concurrency: the global search size (``search_size`` times 2**u, u uniform in [-t, t]); how many hits
+  it expands (``expand``, one fewer or one more with probability t/3 each, at least 1); which non-answer-type
+  hits and in which order (Plackett-Luce over their ranks, logit -rank/t, i.e. a softmax over rank without
+  replacement); and the order of its answer list (the same over the list's positions). So n agents give
+  different but reasonable trajectories, and voting and multi-trajectory collection mean something.
 """
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 
 from ark.llm.result import LLMResult
@@ -41,10 +49,11 @@ class RulesPolicy:
     client = None  # makes no model call
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
-                 max_answer: int = 20):
+                 max_answer: int = 20, temperature: float = 0.0, seed: int = 0):
         self.toolbox = toolbox
         self.type_words = type_words
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
+        self.temperature, self.seed = temperature, seed
 
     def answer_type(self, query: str) -> str | None:
         """The node type whose words appear earliest in the question sentence (None if none does).
@@ -63,12 +72,20 @@ class RulesPolicy:
         return best[1] if best else None
 
     def session(self, query: str, agent: int) -> "_RulesSession":
-        return _RulesSession(self, query)
+        # a string seed is hashed with sha512: the same stream in every process, whatever PYTHONHASHSEED is
+        rng = random.Random(f"{self.seed}/{agent}/{query}") if self.temperature > 0 else None
+        return _RulesSession(self, query, rng)
+
+
+def _sample_order(items: list, temperature: float, rng: random.Random) -> list:
+    """Plackett-Luce over positions, logit -rank / temperature (Gumbel-max trick): a perturbed ranking."""
+    keys = [-i / temperature - math.log(-math.log(1.0 - rng.random())) for i in range(len(items))]
+    return [items[i] for i in sorted(range(len(items)), key=lambda i: -keys[i])]
 
 
 class _RulesSession:
-    def __init__(self, policy: RulesPolicy, query: str):
-        self.p, self.query = policy, query
+    def __init__(self, policy: RulesPolicy, query: str, rng: random.Random | None = None):
+        self.p, self.query, self.rng, self.t = policy, query, rng, policy.temperature
         self.target = policy.answer_type(query)
         self.hits: list[int] = []
         self.phase = "search"
@@ -86,10 +103,19 @@ class _RulesSession:
         p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
         if self.phase == "search":
             self.phase = "expand"
-            return self._reply([("search_in_graph", {"query": self.query, "size": min(p.search_size, cfg.global_k_max)})])
+            size = p.search_size
+            if self.rng:
+                size = max(1, round(size * 2 ** self.rng.uniform(-self.t, self.t)))
+            return self._reply([("search_in_graph", {"query": self.query, "size": min(size, cfg.global_k_max)})])
         if self.phase == "expand":
             self.hits = observations[0].nodes if observations else []
-            sources = [v for v in self.hits if g.type_name(v) != self.target][: p.expand]
+            sources = [v for v in self.hits if g.type_name(v) != self.target]
+            n = p.expand
+            if self.rng:
+                step = min(self.t, 1.0) / 3
+                n = max(1, n + self.rng.choices([-1, 0, 1], [step, 1 - 2 * step, step])[0]) if n else 0
+                sources = _sample_order(sources, self.t, self.rng)
+            sources = sources[:n]
             if sources and cfg.neighbors and self.target is not None:
                 self.phase = "answer"
                 calls = []
@@ -108,6 +134,8 @@ class _RulesSession:
         interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
         nodes = list(dict.fromkeys(typed + [v for v in interleaved
                                             if self.target is None or g.type_name(v) == self.target]))
+        if self.rng:
+            nodes = _sample_order(nodes, self.t, self.rng)
         nodes = nodes[: p.max_answer] or self.hits[:1]
         calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
         self.phase = "done"
