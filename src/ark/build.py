@@ -65,8 +65,10 @@ def toolbox(cfg: DictConfig):
     return Toolbox(graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
 
 
-def queries(cfg: DictConfig, graph) -> list[dict]:
+def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
     """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph.
+    ``labels=False`` (label-free collection): only id and text are kept as the rows are read; gold ids and the
+    generator's metadata are never looked at.
 
     On a leave-publication-out graph, the queries must come from the phenopacket file whose publications the
     graph left out."""
@@ -83,6 +85,8 @@ def queries(cfg: DictConfig, graph) -> list[dict]:
                             "the graph with dataset.exclude_publications_of set to it")
     num_nodes = graph.num_nodes
     rows = load_queries(cfg.dataset.queries_dir, cfg.split, cfg.subset_seed)
+    if not labels:
+        rows = [{k: q[k] for k in ("id", "query") if k in q} for q in rows]
     if cfg.eval.limit is not None:
         rows = rows[: cfg.eval.limit]
     if not rows:
@@ -95,6 +99,8 @@ def queries(cfg: DictConfig, graph) -> list[dict]:
         if q["id"] in seen:
             raise UserError(f"{where}: duplicate query id {q['id']!r}")
         seen.add(q["id"])
+        if not labels:
+            continue
         gold = q.get("answer_ids")
         if not isinstance(gold, list) or not all(isinstance(v, int) and 0 <= v < num_nodes for v in gold):
             raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1}")

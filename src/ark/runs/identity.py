@@ -29,6 +29,9 @@ STAGE_SETTINGS = {
     "baseline": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "baseline.depth"),
     "evaluate": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "backbone", "prompt",
                  "agent", "ablation", "seed"),
+    # teacher trajectories; split, agent.n_agents and backbone.temperature as set from collect (ark.stages.collect)
+    "collect": ("dataset", "queries", "retriever", "split", "subset_seed", "collect", "backbone", "prompt", "agent",
+                "ablation", "seed"),
 }
 SCALARS = ("split", "subset_seed", "seed")  # top-level settings in conf/config.yaml; dotted keys too
 
@@ -89,8 +92,9 @@ def readable_name(ident: dict) -> str:
     else:
         a = ident["agent"]
         parts += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}A{a['n_agents']}"]
-    if ident.get("eval.limit"):
-        parts.append(f"first{ident['eval.limit']}")
+    limit = ident.get("eval.limit") or ident.get("collect", {}).get("budget")
+    if limit:
+        parts.append(f"first{limit}")
     return "-".join(str(p).replace("/", "_") for p in parts)
 
 

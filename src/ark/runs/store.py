@@ -2,8 +2,8 @@
 
 ``<run dir>/config.yaml``      the run's identity (its result-affecting settings), written when it starts
 ``<run dir>/records.jsonl``    one ``QueryRecord`` per query, appended as queries finish (no gold in it)
-``<run dir>/scores.jsonl``     per-query scores against gold
-``<run dir>/metrics.json``     scalar metrics only (what ``dvc metrics show`` reads)
+``<run dir>/scores.jsonl``     per-query scores against gold (not in a label-free ``collect`` run)
+``<run dir>/metrics.json``     scalar metrics only (what ``dvc metrics show`` reads; not in a ``collect`` run)
 ``<run dir>/stats.json``       tool use, steps, invalid calls, tokens, cost (deterministic under replay)
 ``<run dir>/provenance.json``  package versions and sha256 of the data read
 Timings and the platform go to ``<paths.logs>/runs/<run dir name>.json`` (and ``timing.json`` in the publish
@@ -93,16 +93,19 @@ class Run:
         write_text_atomic(config, yaml.safe_dump(self.identity, sort_keys=True, allow_unicode=True))
         return RecordStore(self.dir / "records.jsonl")
 
-    def finish(self, scores: list[dict], metrics: dict, stats: dict, inputs: list) -> None:
-        write_jsonl(self.dir / "scores.jsonl", scores)
-        write_json(self.dir / "metrics.json", metrics)
+    def finish(self, scores: list[dict] | None, metrics: dict | None, stats: dict, inputs: list) -> None:
+        """``scores`` and ``metrics`` None: a label-free run (``collect``), which has neither."""
+        if metrics is not None:
+            write_jsonl(self.dir / "scores.jsonl", scores)
+            write_json(self.dir / "metrics.json", metrics)
         write_json(self.dir / "stats.json", stats)
         write_json(self.dir / "provenance.json", {"run": self.name, "versions": package_versions(),
                                                   "data": hash_paths(inputs)})
         if self.publish_dir is not None:
             self.publish_dir.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
-                shutil.copyfile(self.dir / name, self.publish_dir / name)
+                if name != "metrics.json" or metrics is not None:
+                    shutil.copyfile(self.dir / name, self.publish_dir / name)
 
     def write_timing(self, timing: dict) -> None:
         """Wall-clock figures and where they were measured: under ``paths.logs`` and, for a DVC stage, beside
