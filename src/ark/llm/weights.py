@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,8 +26,25 @@ def default_gguf_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
 
 
+def cpu_has_bf16() -> bool:
+    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs) torch emulates
+    it: SmolLM2 prefill ran at 53 tokens/s in bfloat16 against 360 in float32 on an AMD EPYC."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return re.search(r"\b(avx512_bf16|amx_bf16)\b", f.read()) is not None
+    except OSError:
+        return False
+
+
+def resolve_dtype(dtype: str) -> str:
+    """``"auto"`` -> ``"bfloat16"`` where the CPU has native bfloat16, else ``"float32"``; other names unchanged."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
 def torch_dtype(dtype) -> torch.dtype:
-    return dtype if isinstance(dtype, torch.dtype) else DTYPES[dtype]
+    return dtype if isinstance(dtype, torch.dtype) else DTYPES[resolve_dtype(dtype)]
 
 
 def clear_gguf_quantization(model) -> None:

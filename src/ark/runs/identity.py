@@ -72,6 +72,10 @@ def identity(cfg: DictConfig, stage: str) -> dict:
                     value[file_key] = Path(str(value[file_key])).name
             if key == "backbone" and isinstance(value.get("local"), dict):
                 local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
+                if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another
+                    from ark.llm.weights import resolve_dtype
+
+                    local["dtype"] = resolve_dtype(local["dtype"])
                 if local.get("adapter"):  # a retrained adapter at the same path is another model
                     local["adapter_sha256"] = sha256_tree(local["adapter"])
                 value["local"] = local
