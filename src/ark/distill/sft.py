@@ -11,6 +11,8 @@ gold id or score is read, and trajectories are not filtered by correctness.
 """
 from __future__ import annotations
 
+import bisect
+
 from ark.llm.protocol import chat_messages
 from ark.runs.records import QueryRecord
 
@@ -60,3 +62,36 @@ def sft_samples(records: list[QueryRecord], tools: list[dict], tokenizer, max_to
             sample = tokenize_sample(tokenizer, sample_turns(agent.messages, tools), max_tokens)
             if sample is not None:
                 yield {"id": record.id, "agent": agent.agent, **sample}
+
+
+def pack_bins(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Best-fit decreasing: indices of ``lengths`` grouped into bins of at most ``capacity`` tokens each."""
+    if any(n > capacity for n in lengths):
+        raise ValueError(f"a sample of {max(lengths)} tokens does not fit a pack of {capacity}")
+    free: list[tuple[int, int]] = []  # (tokens left, bin), sorted
+    bins: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        at = bisect.bisect_left(free, (lengths[i], -1))
+        if at == len(free):
+            bins.append([])
+            left, b = capacity, len(bins) - 1
+        else:
+            left, b = free.pop(at)
+        bins[b].append(i)
+        bisect.insort(free, (left - lengths[i], b))
+    return bins
+
+
+def pack(samples: list[dict], capacity: int) -> list[dict]:
+    """Samples -> rows of at most ``capacity`` tokens, each ``{"input_ids", "labels", "seq_lengths"}``.
+
+    A row is its samples end to end; ``seq_lengths`` lets the collator restart the position ids at every sample,
+    and transformers then masks attention across samples (every token counted once, no padding).
+    """
+    rows = []
+    for group in pack_bins([len(s["input_ids"]) for s in samples], capacity):
+        members = [samples[i] for i in sorted(group)]
+        rows.append({"input_ids": [t for s in members for t in s["input_ids"]],
+                     "labels": [t for s in members for t in s["labels"]],
+                     "seq_lengths": [len(s["input_ids"]) for s in members]})
+    return rows

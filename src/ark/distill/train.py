@@ -9,6 +9,32 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ark.errors import UserError
+
+
+def load_base(d, models_dir: str):
+    """The model to distill into: ``d.base_model`` (a local Hugging Face directory; nothing is downloaded) or the
+    embedded SmolLM2, with ``d.attn`` as its attention."""
+    import torch
+
+    from ark.distill.attention import PACKED_SDPA, register
+
+    if d.attn == PACKED_SDPA:
+        register()
+    if d.base_model is None:
+        from ark.llm.weights import default_gguf_path, load_gguf
+
+        model, tokenizer = load_gguf(default_gguf_path(), d.dtype, models_dir)
+        model.set_attn_implementation(d.attn)
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(d.base_model).is_dir():
+        raise UserError(f"distill.base_model: {d.base_model} is not a local model directory")
+    model = AutoModelForCausalLM.from_pretrained(d.base_model, dtype=getattr(torch, d.dtype),
+                                                 attn_implementation=d.attn, local_files_only=True)
+    return model, AutoTokenizer.from_pretrained(d.base_model, local_files_only=True)
+
 
 def lora_config(d):
     from peft import LoraConfig
@@ -34,7 +60,8 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool):
         activation_checkpointing=d.gradient_checkpointing,
         bf16=d.bf16,
         use_liger_kernel=d.liger and _liger_installed(),
-        max_length=d.max_tokens,
+        max_length=None if d.pack else d.max_tokens,  # packed rows are cut to it already
+        padding_free=d.pack,  # one packed row per step, position ids restarting at every trajectory
         logging_steps=d.logging_steps,
         eval_strategy="steps" if has_val else "no",
         eval_steps=eval_every,
@@ -66,8 +93,15 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir:
     from datasets import Dataset
     from trl import SFTTrainer
 
+    from ark.distill.sft import pack
+
     out_dir = Path(out_dir)
     columns = ("input_ids", "labels")
+    tokens = sum(len(s["input_ids"]) for s in train)
+    n_train, n_val = len(train), len(val)
+    if d.pack:  # trajectories end to end in rows of max_tokens; attention stays within each (packed_sdpa)
+        train, val = pack(train, d.max_tokens), pack(val, d.max_tokens)
+        columns += ("seq_lengths",)
     to_dataset = lambda rows: Dataset.from_list([{c: r[c] for c in columns} for r in rows])  # noqa: E731
     trainer = SFTTrainer(model=model, args=sft_config(d, out_dir, seed, bool(val)), train_dataset=to_dataset(train),
                          eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
@@ -78,5 +112,5 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir:
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
     return {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
-            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
-            "val_samples": len(val), "train_tokens": sum(len(s["input_ids"]) for s in train)}
+            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": n_train,
+            "val_samples": n_val, "train_tokens": tokens, "train_rows": len(train)}

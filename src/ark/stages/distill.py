@@ -47,12 +47,11 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     if config.get("dataset", {}).get("name") != cfg.dataset.name:
         raise UserError(f"the teacher ran on {config.get('dataset', {}).get('name')}, not on {cfg.dataset.name}")
     tools = build.toolbox(cfg).schemas()  # the tool set the student will be served with
-    if model is None:
-        from ark.llm.weights import default_gguf_path, load_gguf
-
-        model, tokenizer = load_gguf(default_gguf_path(), d.dtype, cfg.paths.models)
     from ark.distill.sft import sft_samples
-    from ark.distill.train import train_lora
+    from ark.distill.train import load_base, train_lora
+
+    if model is None:
+        model, tokenizer = load_base(d, cfg.paths.models)
 
     samples = list(sft_samples(records, tools, tokenizer, d.max_tokens))
     fractions = (1 - d.val_fraction, d.val_fraction, 0.0)
