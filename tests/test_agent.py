@@ -286,3 +286,28 @@ def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
     text = out.getvalue()
     assert "-> search_in_graph(" in text and "Top " in text and "-> finish(" in text
     assert record.ranking[0] == 4 and "1. [4] effect/phenotype | Ectopia lentis" in text
+
+
+def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_trained_on():
+    """backbone=qwen3-8b-student: the request names the LoRA module and carries the tools as text, exactly as
+    ark.distill.sft rendered the teacher's (native) trajectories for training."""
+    from ark import build
+    from ark.agent.prompt import system_prompt
+    from ark.llm.protocol import chat_messages
+
+    endpoint = ScriptedEndpoint()
+    cfg = compose_cfg(["backbone=qwen3-8b-student", "llm.cache=null"])
+    tools = toolbox()
+    text_system = system_prompt(tools, cfg.agent.T_max, text_protocol=True)
+    question = {"role": "user", "content": "Question: x"}
+    with endpoint.serve() as server:
+        client = build.client(cfg, api_base=server.url)
+        policy = LLMPolicy(client, tools)
+        asyncio.run(policy.session("x", 0).act([{"role": "system", "content": text_system}, question], []))
+    request = endpoint.requests[0]
+    assert policy.text_protocol and request["model"] == "ark-student"
+    assert "tools" not in request and "tool_choice" not in request
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}
+    trained = chat_messages([{"role": "system", "content": system_prompt(tools, cfg.agent.T_max)}, question],
+                            tools.schemas())
+    assert request["messages"] == trained

@@ -129,7 +129,7 @@ def test_the_distill_stage_writes_an_adapter_with_its_model_card(rules_run, toke
     card = (out / "README.md").read_text()
     assert "Teacher: `rules`" in card and "label-free" in card
     report = json.loads((out / "report.json").read_text())
-    assert report["teacher"]["backbone"]["name"] == "rules" and "answer_ids" not in json.dumps(report)
+    assert report["teachers"][0]["config"]["backbone"]["name"] == "rules" and "answer_ids" not in json.dumps(report)
     student = compose_cfg(["backbone=student", f"backbone.local.adapter={out}"]).backbone
     assert student.name == "student" and not student.local.constrained and student.kind == "local"
 

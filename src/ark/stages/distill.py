@@ -1,6 +1,6 @@
 """Stage distill: a teacher's trajectories -> a LoRA adapter on the embedded model (label-free).
 
-``python -m ark.stages.distill distill=<recipe> distill.teacher=<run root or run dir> [distill.out=<dir>]``
+``python -m ark.stages.distill distill=<recipe> distill.teacher=<run root or run dir, or a [list] of them> [distill.out=<dir>]``
 reads the teacher run's ``records.jsonl`` (no gold in it), renders every trajectory as the model reads it at
 inference (``ark.distill.sft``), holds out ``distill.val_fraction`` of the queries (by id) for the validation
 loss, trains LoRA (``ark.distill.train``) and writes the adapter with ``curve.json``, ``report.json`` and a
@@ -9,6 +9,7 @@ model card ``README.md``. The adapter is then a backbone: ``backbone=student bac
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from ark.runs.store import load_run
 from ark.stages import clear_errors
 from ark.tracking import stage_run
 
+PUBLISHED = ("report.json", "README.md", "curve.json")
 GROUPS = ("distill", "dataset", "ablation")  # config groups its results depend on (the teacher run is a file)
 
 
@@ -41,11 +43,14 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     """``model``/``tokenizer`` default to the embedded SmolLM2 (tests pass a tiny one)."""
     d = cfg.distill
     if not d.get("teacher"):
-        raise UserError("distill.teacher must name the teacher's run (a run directory or a run root)")
-    teacher = teacher_run(d.teacher)
-    config, records = load_run(teacher)
-    if config.get("dataset", {}).get("name") != cfg.dataset.name:
-        raise UserError(f"the teacher ran on {config.get('dataset', {}).get('name')}, not on {cfg.dataset.name}")
+        raise UserError("distill.teacher must name the teacher's run (a run directory or a run root), or a list")
+    teachers = [teacher_run(p) for p in ([d.teacher] if isinstance(d.teacher, str) else d.teacher)]
+    runs = [load_run(t) for t in teachers]
+    for t, (config, _) in zip(teachers, runs):
+        if config.get("dataset", {}).get("name") != cfg.dataset.name:
+            raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, not on "
+                            f"{cfg.dataset.name}")
+    records = [r for _, recs in runs for r in recs]
     tools = build.toolbox(cfg).schemas()  # the tool set the student will be served with
     from ark.distill.sft import sft_samples
     from ark.distill.train import load_base, train_lora
@@ -63,22 +68,28 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     with atomic_dir(d.out) as tmp:
         report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed)
         report["seconds"] = round(time.perf_counter() - start, 1)
-        card = {"teacher_run": teacher.name, "teacher": config,
+        card = {"teachers": [{"run": t.name, "config": c} for t, (c, _) in zip(teachers, runs)],
                 "recipe": OmegaConf.to_container(d, resolve=True), "report": report}
         write_json(tmp / "report.json", card)
         (tmp / "README.md").write_text(model_card(card))
+    if d.get("publish"):
+        Path(d.publish).mkdir(parents=True, exist_ok=True)
+        for name in PUBLISHED:
+            shutil.copyfile(Path(d.out) / name, Path(d.publish) / name)
     return {**report, "out": str(d.out)}
 
 
 def model_card(card: dict) -> str:
-    t, r, rep = card["teacher"], card["recipe"], card["report"]
-    teacher = t.get("backbone", {}).get("name")
+    r, rep = card["recipe"], card["report"]
+    teachers = [f"`{t['config']['backbone']['name']}` (temperature {t['config']['backbone'].get('temperature')}) on "
+                f"{t['config']['dataset']['name']} / {t['config']['queries']['name']} / {t['config']['split']}, "
+                f"{t['config']['agent']['n_agents']} trajectories per query (run `{t['run']}`)"
+                for t in card["teachers"]]
+    base = r.get("base_model") or "the embedded SmolLM2-135M-Instruct"
     return "\n".join([
-        f"# ARK student: LoRA on the embedded SmolLM2-135M-Instruct ({r['name']} recipe)",
+        f"# ARK student: LoRA on {base} ({r['name']} recipe)",
         "",
-        f"- Teacher: `{teacher}` on {t['dataset']['name']} / {t['queries']['name']} / {t['split']} "
-        f"(run `{card['teacher_run']}`), {t['agent']['n_agents']} trajectories per query; label-free: no gold, "
-        "no filtering by correctness.",
+        "- Teacher: " + "; ".join(teachers) + ". Label-free: no gold, no filtering by correctness.",
         f"- Data: {rep['train_samples']} training and {rep['val_samples']} validation trajectories, "
         f"{rep['train_tokens']:,} training tokens; loss on assistant tokens only.",
         f"- Recipe: LoRA r {r['lora']['r']}, alpha {r['lora']['alpha']}, dropout {r['lora']['dropout']} on "
