@@ -158,6 +158,62 @@ def time_rows(model, rows: list[list[int]], config, linear: int, device: str, wa
             "loss_finite": all(math.isfinite(x) for x in losses)}
 
 
+def recipe(name: str):
+    """``conf/distill/<name>.yaml`` over its defaults, as attribute access (no Hydra needed on a GPU host)."""
+    import types
+
+    import yaml
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "distill"
+    data = yaml.safe_load((conf / f"{name}.yaml").read_text())
+    for parent in data.pop("defaults", []):
+        if parent != "_self_":
+            base = vars(recipe(parent))
+            data = {**base, **{k: v for k, v in data.items()}}
+    as_ns = lambda v: types.SimpleNamespace(**{k: as_ns(x) for k, x in v.items()}) if isinstance(v, dict) else v  # noqa: E731
+    return as_ns(data)
+
+
+def run_trl(args) -> dict:
+    """The product's training path: ``ark.distill.train.train_lora`` (trl SFTTrainer, peft, the collator's packed
+    rows, ``--recipe``'s settings) on random trajectories of paper-like lengths, a tenth of each labelled."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    from ark.distill.train import train_lora
+
+    d = recipe(args.recipe)
+    d.max_steps, d.logging_steps, d.liger = args.warmup + args.steps, 1, d.liger and args.liger
+    if d.attn == PACKED_SDPA:
+        register()
+    vocab = SHAPES[args.shape]["vocab_size"]
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1}, "<unk>")),
+                                        pad_token="<pad>", unk_token="<unk>")
+    rng = np.random.default_rng(args.seed)
+    samples = []
+    for n in paper_lengths(args.trajectories, args.seed):
+        n = min(n, d.max_tokens)
+        ids = rng.integers(2, vocab, n).tolist()
+        samples.append({"input_ids": ids, "labels": [-100] * (n - n // 10) + ids[n - n // 10:]})
+    config = Qwen3Config(**SHAPES[args.shape], max_position_embeddings=40960, rope_theta=1e6, use_cache=False,
+                         attn_implementation=d.attn)
+    with torch.device(args.device):
+        model = Qwen3ForCausalLM(config).to(getattr(torch, d.dtype))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        report = train_lora(model, tokenizer, samples, [], d, out, args.seed)
+        curve = json.loads((Path(out) / "curve.json").read_text())
+    tokens = report["train_tokens"] * report["steps"] / max(report["train_rows"] / max(d.grad_accum, 1), 1)
+    figures = {"recipe": args.recipe, "steps": report["steps"], "train_seconds": report["train_seconds"],
+               "tokens_per_s": round(tokens / report["train_seconds"], 1) if report["train_seconds"] else None,
+               "losses": [row["loss"] for row in curve if "loss" in row]}
+    if args.device.startswith("cuda"):
+        figures["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
+    print(json.dumps(figures), flush=True)
+    return {"settings": vars(args), "machine": machine(args.device), "results": [figures]}
+
+
 def machine(device: str) -> dict:
     info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
     if device.startswith("cuda"):
@@ -239,8 +295,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peak-tflops", type=float, default=None, help="default: 989 on H100/H200, none on CPU")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--trl", action="store_true", help="through the product's trainer (trl) with --recipe instead")
+    ap.add_argument("--recipe", default="qwen3-8b", help="conf/distill/<recipe>.yaml for --trl")
     args = ap.parse_args(argv)
-    report = run(args)
+    report = run_trl(args) if args.trl else run(args)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))

@@ -124,4 +124,4 @@ def test_distill_accepts_a_collect_run(tiny_train, tokenizer, tmp_path):
     result = distill.run(cfg, tiny, tokenizer)
     assert result["train_samples"] + result["val_samples"] == 6
     card = (tmp_path / "student" / "README.md").read_text()
-    assert "Teacher: `rules`" in card and "/ train (run" in card and "2 trajectories per query" in card
+    assert "Teacher: `rules`" in card and "/ train, " in card and "2 trajectories per query" in card

@@ -34,7 +34,7 @@ def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
     every local input file the config names (e.g. the phenopacket source) is a dependency."""
     stages = dvc_stages()
     assert {name.split("@")[0] for name, *_ in stages} >= {"download", "build_graph", "build_index", "make_queries",
-                                                          "baseline", "evaluate"}
+                                                          "baseline", "collect", "distill", "evaluate", "report"}
     for name, cmd, deps, params in stages:
         argv = shlex.split(cmd)
         assert argv[:2] == ["python", "-m"] and argv[2].startswith("ark.stages."), name
@@ -76,7 +76,8 @@ def test_dvc_pipeline_parses_into_one_chain():
     assert out.returncode == 0, out.stderr[-2000:]
     for stage in ("download", "build_graph@biokg_lpo", "build_index@biokg-bm25", "make_queries@synthetic",
                   "baseline@synthetic-bm25", "baseline@phenopackets-lpo-bm25",
-                  "evaluate@rules-synthetic", "evaluate@embedded-phenopackets-lpo"):
+                  "evaluate@rules-synthetic", "collect@rules-synthetic", "distill@embedded",
+                  "evaluate@student-synthetic", "report"):
         assert stage in out.stdout
 
 

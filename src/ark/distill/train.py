@@ -15,7 +15,6 @@ from ark.errors import UserError
 def load_base(d, models_dir: str):
     """The model to distill into: ``d.base_model`` (a local Hugging Face directory; nothing is downloaded) or the
     embedded SmolLM2, with ``d.attn`` as its attention."""
-    import torch
 
     from ark.distill.attention import PACKED_SDPA, register
 
@@ -31,7 +30,9 @@ def load_base(d, models_dir: str):
 
     if not Path(d.base_model).is_dir():
         raise UserError(f"distill.base_model: {d.base_model} is not a local model directory")
-    model = AutoModelForCausalLM.from_pretrained(d.base_model, dtype=getattr(torch, d.dtype),
+    from ark.llm.weights import torch_dtype
+
+    model = AutoModelForCausalLM.from_pretrained(d.base_model, dtype=torch_dtype(d.dtype),
                                                  attn_implementation=d.attn, local_files_only=True)
     return model, AutoTokenizer.from_pretrained(d.base_model, local_files_only=True)
 
@@ -113,4 +114,6 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir:
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
     return {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
             "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": n_train,
-            "val_samples": n_val, "train_tokens": tokens, "train_rows": len(train)}
+            "val_samples": n_val, "train_tokens": tokens, "train_rows": len(train),
+            "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1),
+            "dtype": str(model.dtype).removeprefix("torch.")}

@@ -89,7 +89,7 @@ def model_card(card: dict) -> str:
     return "\n".join([
         f"# ARK student: LoRA on {base} ({r['name']} recipe)",
         "",
-        "- Teacher: " + "; ".join(teachers) + ". Label-free: no gold, no filtering by correctness.",
+        "- Teacher: " + "; ".join(teachers) + "; label-free: no gold, no filtering by correctness.",
         f"- Data: {rep['train_samples']} training and {rep['val_samples']} validation trajectories, "
         f"{rep['train_tokens']:,} training tokens; loss on assistant tokens only.",
         f"- Recipe: LoRA r {r['lora']['r']}, alpha {r['lora']['alpha']}, dropout {r['lora']['dropout']} on "

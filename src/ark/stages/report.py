@@ -13,6 +13,8 @@ from ark.io import write_json
 from ark.report.tables import distillation_table
 from ark.stages import clear_errors
 
+GROUPS = ()  # reads published runs; no config group decides its result
+
 
 def run(cfg: DictConfig) -> dict:
     results = Path(cfg.paths.results)
