@@ -6,6 +6,7 @@ reference code's values). ``conf/distill/*.yaml`` hold it and its CPU-sized vari
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -48,7 +49,11 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool):
     from trl import SFTConfig
 
     eval_every = d.eval_steps if has_val else None
+    # transformers renamed gradient_checkpointing to activation_checkpointing (5.2x); GPU hosts may have either
+    fields = {f.name for f in dataclasses.fields(SFTConfig)}
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     return SFTConfig(
+        **{checkpointing: d.gradient_checkpointing},
         output_dir=str(out_dir / "checkpoints"),
         num_train_epochs=d.epochs,
         max_steps=d.max_steps if d.max_steps else -1,
@@ -58,7 +63,6 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool):
         per_device_train_batch_size=d.batch_size,
         per_device_eval_batch_size=d.batch_size,
         gradient_accumulation_steps=d.grad_accum,
-        activation_checkpointing=d.gradient_checkpointing,
         bf16=d.bf16,
         use_liger_kernel=d.liger and _liger_installed(),
         max_length=None if d.pack else d.max_tokens,  # packed rows are cut to it already
