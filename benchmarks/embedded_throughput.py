@@ -38,7 +38,7 @@ from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.weights import cpu_has_bf16, resolve_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "results/runs/evaluate/embedded-synthetic"
+RUN = ROOT / "results/runs/evaluate/base-synthetic"  # SmolLM2 trajectories that dvc repro writes
 OVERRIDES = ["+experiment=embedded", "dataset=biokg", "queries=synthetic", "logger=none"]
 
 

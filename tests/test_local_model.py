@@ -17,7 +17,7 @@ import torch
 import ark  # noqa: F401  (offline environment defaults)
 from ark.agent.prompt import system_prompt, user_prompt
 from ark.llm.decoding import ToolCallGrammar, grammar_schema
-from ark.llm.local import LocalChatModel
+from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.protocol import format_tool_call
 from ark.llm.server import ChatServer, HTTPError
 from ark.llm.weights import default_gguf_path, fingerprint, gguf_sha256
@@ -296,7 +296,7 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert not torch.allclose(base, lm, atol=1e-3)
     assert torch.allclose(lm, lu, atol=1e-4)
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
-                               "dtype": "float32", "constrained": True}
+                               "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK}
     reply = merged.generate({"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
         "max_tokens": 20})
