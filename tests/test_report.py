@@ -29,13 +29,16 @@ def test_the_distillation_table_finds_its_runs_by_config(tmp_path):
     publish(tmp_path, "evaluate", "c", run_config(local), 0.0, 0.9)
     publish(tmp_path, "evaluate", "d", run_config({**local, "local": {"constrained": False,
                                                                      "adapter": "data/students/s1"}}), 0.3, 0.02)
+    publish(tmp_path, "evaluate", "g", run_config({**local, "local": {"constrained": True,
+                                                                     "adapter": "data/students/s1"}}), 0.1, 0.0)
     publish(tmp_path, "evaluate", "e", run_config(local, T_max=20), 0.5)  # another experiment: not in the table
     publish(tmp_path, "evaluate", "f", run_config(local, n_agents=3), 0.5)  # neither
     (tmp_path / "distill" / "s1").mkdir(parents=True)
     (tmp_path / "distill" / "s1" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
     markdown, rows = distillation_table(tmp_path)
-    assert [r["run"] for r in rows] == ["baseline@a", "evaluate@b", "evaluate@c", "evaluate@d"]
-    student = rows[-1]
+    assert [r["run"] for r in rows] == ["baseline@a", "evaluate@b", "evaluate@c", "evaluate@d", "evaluate@g"]
+    student = rows[-2]
+    assert "grammar-constrained" in rows[-1]["method"] and "free decoding" in student["method"]
     assert "96 trajectories" in student["method"] and student["teacher_hit1_share"] == 0.75
     assert "| synthetic | student: LoRA on SmolLM2, 96 trajectories, free decoding | `evaluate@d` | 50 | 30.00" \
         in markdown and "| 2.0% | 75% |" in markdown

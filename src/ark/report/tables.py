@@ -44,13 +44,14 @@ def method(config: dict, results: Path) -> tuple[int, str] | None:
     if report.exists():
         r = json.loads(report.read_text())["report"]
         size = f", {r['train_samples']} trajectories"
-    return 4, f"student: LoRA on SmolLM2{size}, free decoding"
+    decoding = "grammar-constrained (a diagnostic)" if local.get("constrained") else "free decoding"
+    return (5 if local.get("constrained") else 4), f"student: LoRA on SmolLM2{size}, {decoding}"
 
 
 def distillation_table(results: str | Path, t_max: int = 4, baseline_limit: int = 50) -> tuple[str, list[dict]]:
     """Markdown and rows: every published evaluate run on the test split with one agent and ``t_max`` steps, and
     BM25 on the first ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the
-    teacher's. The runs' query counts are in the ``n`` column."""
+    teacher's where both ran on the same number of (first) queries. The runs' query counts are in the ``n`` column."""
     results = Path(results)
     rows = []
     for run in published_runs(results, "baseline"):
@@ -69,13 +70,13 @@ def distillation_table(results: str | Path, t_max: int = 4, baseline_limit: int 
                          "run": f"evaluate@{run['entry']}", **run["metrics"],
                          "invalid_call_rate": run["stats"].get("invalid_call_rate")})
     rows.sort(key=lambda r: (r["queries"], r["order"], r["method"]))
-    teacher = {r["queries"]: r["hit@1"] for r in rows if r["order"] == 1}
+    teacher = {(r["queries"], r["n_queries"]): r["hit@1"] for r in rows if r["order"] == 1}  # on the same queries
     lines = ["| query set | method | run | n | Hit@1 | Hit@5 | Recall@20 | MRR | invalid calls | of teacher's Hit@1 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = ""
-        if r["order"] >= 2 and teacher.get(r["queries"]):
-            r["teacher_hit1_share"] = round(r["hit@1"] / teacher[r["queries"]], 3)
+        if r["order"] >= 2 and teacher.get((r["queries"], r["n_queries"])):
+            r["teacher_hit1_share"] = round(r["hit@1"] / teacher[(r["queries"], r["n_queries"])], 3)
             share = f"{r['teacher_hit1_share']:.0%}"
         invalid = "" if r["invalid_call_rate"] is None else f"{100 * r['invalid_call_rate']:.1f}%"
         lines.append(f"| {r['queries']} | {r['method']} | `{r['run']}` | {r['n_queries']} | "
