@@ -27,6 +27,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -169,7 +170,7 @@ def recipe(name: str):
     for parent in data.pop("defaults", []):
         if parent != "_self_":
             base = vars(recipe(parent))
-            data = {**base, **{k: v for k, v in data.items()}}
+            data = {**base, **data}
     as_ns = lambda v: types.SimpleNamespace(**{k: as_ns(x) for k, x in v.items()}) if isinstance(v, dict) else v  # noqa: E731
     return as_ns(data)
 
@@ -199,12 +200,10 @@ def run_trl(args) -> dict:
                          attn_implementation=d.attn)
     with torch.device(args.device):
         model = Qwen3ForCausalLM(config).to(getattr(torch, d.dtype))
-    import tempfile
-
     with tempfile.TemporaryDirectory() as out:
         report = train_lora(model, tokenizer, samples, [], d, out, args.seed)
         curve = json.loads((Path(out) / "curve.json").read_text())
-    tokens = report["train_tokens"] * report["steps"] / max(report["train_rows"] / max(d.grad_accum, 1), 1)
+    tokens = max(row.get("num_tokens", 0) for row in curve)  # trl's count of the tokens trained on
     figures = {"recipe": args.recipe, "steps": report["steps"], "train_seconds": report["train_seconds"],
                "tokens_per_s": round(tokens / report["train_seconds"], 1) if report["train_seconds"] else None,
                "losses": [row["loss"] for row in curve if "loss" in row]}
