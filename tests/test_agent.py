@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,34 @@ def test_stochastic_rules_are_reproducible_per_seed_and_agent_and_differ_across_
         assert all(args["node_type"] == "effect/phenotype" for name, args in calls if name == "search_in_neighborhood")
         answer = [n["node_index"] for n in calls[-2][1]["answer_nodes"]]
         assert answer and all(tb.graph.type_name(v) == "effect/phenotype" for v in answer)
+
+
+def _answer_keeps_observation_ranks(policy, tb, agent) -> bool:
+    """Whether the agent's answer lists the nodes of each observation in the order that observation ranked them."""
+    traj = asyncio.run(run_agent(policy.session(HUB_QUESTION, agent), tb, HUB_QUESTION, T_max=10, agent=agent))
+    answer = [n["node_index"] for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]
+              if tc["function"]["name"] == "add_to_answer"
+              for n in json.loads(tc["function"]["arguments"])["answer_nodes"]]
+    assert answer
+    global_hits: list[int] = []
+    for m in traj.messages:  # (a global hit found again among neighbors keeps its global rank)
+        if m["role"] == "tool" and m["name"] in ("search_in_graph", "search_in_neighborhood"):
+            ranked = [int(v) for v in re.findall(r"\[(\d+)\]", m["content"])]
+            in_answer = [v for v in ranked if v in answer and (m["name"] == "search_in_graph" or v not in global_hits)]
+            global_hits += ranked if m["name"] == "search_in_graph" else []
+            if in_answer != sorted(in_answer, key=answer.index):
+                return False
+    return True
+
+
+def test_stochastic_rules_keep_the_ranked_answer_order_unless_told_to_sample_it():
+    tb = toolbox()
+    ranked = RulesPolicy(tb, RULE_WORDS, temperature=0.7, seed=0)
+    assert all(_answer_keeps_observation_ranks(ranked, tb, a) for a in range(4))
+    sampled = RulesPolicy(tb, RULE_WORDS, temperature=0.7, seed=0, answer_order="sampled")
+    assert not all(_answer_keeps_observation_ranks(sampled, tb, a) for a in range(4))
+    with pytest.raises(ValueError, match="answer_order"):
+        RulesPolicy(tb, RULE_WORDS, answer_order="random")
 
 
 # ------------------------------------------------------------------ client: retries, cache

@@ -136,8 +136,8 @@ def policy(cfg: DictConfig, tools):
     if b.kind == "rules":
         from ark.agent.policies import RulesPolicy
 
-        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand,
-                          temperature=b.temperature, seed=cfg.seed)
+        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand, b.max_answer,
+                          temperature=b.temperature, seed=cfg.seed, answer_order=b.answer_order)
         return
     from ark.agent.policies import LLMPolicy
 

@@ -10,8 +10,10 @@ whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant messag
   the concurrency: the global search size (``search_size`` times 2**u, u uniform in [-t, t]); how many hits
   it expands (``expand``, one fewer or one more with probability t/3 each, at least 1); which non-answer-type
   hits and in which order (Plackett-Luce over their ranks, logit -rank/t, i.e. a softmax over rank without
-  replacement); and the order of its answer list (the same over the list's positions). So n agents give
-  different but reasonable trajectories, and voting and multi-trajectory collection mean something.
+  replacement). So n agents give different but reasonable trajectories, and voting and multi-trajectory
+  collection mean something. The answer list keeps the policy's ranking (``answer_order: ranked``) unless
+  ``answer_order: sampled`` perturbs it the same way: noise a student cannot learn from the observations, and
+  which made a distilled SmolLM2 loop over node ids instead of closing its answer list.
 """
 from __future__ import annotations
 
@@ -49,8 +51,11 @@ class RulesPolicy:
     client = None  # makes no model call
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
-                 max_answer: int = 20, temperature: float = 0.0, seed: int = 0):
+                 max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked"):
+        if answer_order not in ("ranked", "sampled"):
+            raise ValueError(f"answer_order must be 'ranked' or 'sampled', not {answer_order!r}")
         self.toolbox = toolbox
+        self.answer_order = answer_order
         self.type_words = type_words
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
         self.temperature, self.seed = temperature, seed
@@ -134,7 +139,7 @@ class _RulesSession:
         interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
         nodes = list(dict.fromkeys(typed + [v for v in interleaved
                                             if self.target is None or g.type_name(v) == self.target]))
-        if self.rng:
+        if self.rng and p.answer_order == "sampled":
             nodes = _sample_order(nodes, self.t, self.rng)
         nodes = nodes[: p.max_answer] or self.hits[:1]
         calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
