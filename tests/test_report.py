@@ -25,7 +25,8 @@ def test_the_distillation_table_finds_its_runs_by_config(tmp_path):
     local = {"kind": "local", "name": "local_smollm2", "local": {"constrained": True, "adapter": None}}
     publish(tmp_path, "baseline", "a", {"split": "test", "eval.limit": 50, "queries": {"name": "synthetic"},
                                         "retriever": {"name": "bm25"}}, 0.1)
-    publish(tmp_path, "evaluate", "b", run_config({"kind": "rules", "name": "rules", "temperature": 0.7}), 0.4, 0.0)
+    publish(tmp_path, "evaluate", "b", run_config({"kind": "rules", "name": "rules_teacher", "temperature": 0.7,
+                                                         "max_answer": 5}), 0.4, 0.0)
     publish(tmp_path, "evaluate", "c", run_config(local), 0.0, 0.9)
     publish(tmp_path, "evaluate", "d", run_config({**local, "local": {"constrained": False,
                                                                      "adapter": "data/students/s1"}}), 0.3, 0.02)
@@ -37,6 +38,7 @@ def test_the_distillation_table_finds_its_runs_by_config(tmp_path):
     (tmp_path / "distill" / "s1" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
     markdown, rows = distillation_table(tmp_path)
     assert [r["run"] for r in rows] == ["baseline@a", "evaluate@b", "evaluate@c", "evaluate@d", "evaluate@g"]
+    assert rows[1]["method"] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
     student = rows[-2]
     assert "grammar-constrained" in rows[-1]["method"] and "free decoding" in student["method"]
     assert "96 trajectories" in student["method"] and student["teacher_hit1_share"] == 0.75

@@ -46,14 +46,17 @@ class _LLMSession:
         return await p.client.complete(messages, tools, agent_index=self.agent, seed=p.seed + self.agent)
 
 
+ANSWER_ORDERS = ("ranked", "listed", "sampled")
+
+
 class RulesPolicy:
     text_protocol = False
     client = None  # makes no model call
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
                  max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked"):
-        if answer_order not in ("ranked", "sampled"):
-            raise ValueError(f"answer_order must be 'ranked' or 'sampled', not {answer_order!r}")
+        if answer_order not in ANSWER_ORDERS:
+            raise ValueError(f"answer_order must be one of {', '.join(ANSWER_ORDERS)}, not {answer_order!r}")
         self.toolbox = toolbox
         self.answer_order = answer_order
         self.type_words = type_words
@@ -136,8 +139,11 @@ class _RulesSession:
         # answer and finish in one reply
         typed = [v for v in self.hits if self.target is None or g.type_name(v) == self.target]
         ranked = [o.nodes for o in observations if o.error is None]
-        interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
-        nodes = list(dict.fromkeys(typed + [v for v in interleaved
+        if p.answer_order == "listed":
+            found = [v for lst in ranked for v in lst]
+        else:
+            found = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
+        nodes = list(dict.fromkeys(typed + [v for v in found
                                             if self.target is None or g.type_name(v) == self.target]))
         if self.rng and p.answer_order == "sampled":
             nodes = _sample_order(nodes, self.t, self.rng)

@@ -32,7 +32,8 @@ def method(config: dict, results: Path) -> tuple[int, str] | None:
     """(row order, label) of an evaluation run in the distillation table."""
     b = config["backbone"]
     if b["kind"] == "rules":
-        return 1, f"teacher: rules policy, temperature {b.get('temperature', 0.0)}"
+        return 1, (f"teacher: rules policy, temperature {b.get('temperature', 0.0)}, "
+                   f"answers of up to {b.get('max_answer', 20)} nodes")
     local = b.get("local") or {}
     if b["kind"] != "local":
         return None
