@@ -102,11 +102,18 @@ def model_card(card: dict) -> str:
     ])
 
 
+def log_curve(log, curve: list[dict]) -> None:
+    """The training curve to the stage's W&B run: every logged trainer step (loss, learning rate, validation loss)."""
+    for row in curve:
+        log.log({k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}, step=int(row["step"]))
+
+
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "distill") as log:
         result = run(cfg)
+        log_curve(log, json.loads((Path(cfg.distill.out) / "curve.json").read_text()))
         log.log({k: v for k, v in result.items() if isinstance(v, (int, float))})
     print(json.dumps(result))
 
