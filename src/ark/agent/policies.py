@@ -46,7 +46,7 @@ class _LLMSession:
         return await p.client.complete(messages, tools, agent_index=self.agent, seed=p.seed + self.agent)
 
 
-ANSWER_ORDERS = ("ranked", "listed", "sampled")
+ANSWER_ORDERS = ("ranked", "sampled")
 
 
 class RulesPolicy:
@@ -139,11 +139,8 @@ class _RulesSession:
         # answer and finish in one reply
         typed = [v for v in self.hits if self.target is None or g.type_name(v) == self.target]
         ranked = [o.nodes for o in observations if o.error is None]
-        if p.answer_order == "listed":
-            found = [v for lst in ranked for v in lst]
-        else:
-            found = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
-        nodes = list(dict.fromkeys(typed + [v for v in found
+        interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
+        nodes = list(dict.fromkeys(typed + [v for v in interleaved
                                             if self.target is None or g.type_name(v) == self.target]))
         if self.rng and p.answer_order == "sampled":
             nodes = _sample_order(nodes, self.t, self.rng)
