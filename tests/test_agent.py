@@ -340,3 +340,17 @@ def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_traine
     trained = chat_messages([{"role": "system", "content": system_prompt(tools, cfg.agent.T_max)}, question],
                             tools.schemas())
     assert request["messages"] == trained
+
+
+def test_rules_answer_with_the_global_hits_at_the_last_step_of_their_budget():
+    tb = toolbox()
+
+    def calls(T_max):
+        policy = RulesPolicy(tb, RULE_WORDS, T_max=T_max)
+        traj = asyncio.run(run_agent(policy.session(HUB_QUESTION, 0), tb, HUB_QUESTION, T_max=T_max, agent=0))
+        return [tc["function"]["name"] for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]]
+
+    assert calls(2) == ["search_in_graph", "add_to_answer", "finish"]  # no budget left to explore
+    full = calls(3)
+    assert "search_in_neighborhood" in full and full[-2:] == ["add_to_answer", "finish"]
+    assert calls(20) == full == [name for name, _ in rules_calls(RulesPolicy(tb, RULE_WORDS), tb, HUB_QUESTION, 0)]

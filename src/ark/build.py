@@ -137,7 +137,8 @@ def policy(cfg: DictConfig, tools):
         from ark.agent.policies import RulesPolicy
 
         yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand, b.max_answer,
-                          temperature=b.temperature, seed=cfg.seed, answer_order=b.answer_order)
+                          temperature=b.temperature, seed=cfg.seed, answer_order=b.answer_order,
+                          T_max=cfg.agent.T_max)
         return
     from ark.agent.policies import LLMPolicy
 

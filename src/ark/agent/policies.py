@@ -13,7 +13,9 @@ whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant messag
   replacement). So n agents give different but reasonable trajectories, and voting and multi-trajectory
   collection mean something. The answer list keeps the policy's ranking (``answer_order: ranked``) unless
   ``answer_order: sampled`` perturbs it the same way: noise a student cannot learn from the observations, and
-  which made a distilled SmolLM2 loop over node ids instead of closing its answer list.
+  which made a distilled SmolLM2 loop over node ids instead of closing its answer list. Given the agent's step
+  budget ``T_max`` (as the system prompt tells a model), it answers at its last step with what it has found, so a
+  budget of 2 answers with the global hits alone (a budget of 3 or more never reaches that point).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ class RulesPolicy:
     client = None  # makes no model call
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
-                 max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked"):
+                 max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked",
+                 T_max: int | None = None):
         if answer_order not in ANSWER_ORDERS:
             raise ValueError(f"answer_order must be one of {', '.join(ANSWER_ORDERS)}, not {answer_order!r}")
         self.toolbox = toolbox
@@ -62,6 +65,7 @@ class RulesPolicy:
         self.type_words = type_words
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
         self.temperature, self.seed = temperature, seed
+        self.T_max = T_max
 
     def answer_type(self, query: str) -> str | None:
         """The node type whose words appear earliest in the question sentence (None if none does).
@@ -98,6 +102,7 @@ class _RulesSession:
         self.hits: list[int] = []
         self.phase = "search"
         self.n_calls = 0
+        self.steps = 0
 
     def _reply(self, calls: list[tuple[str, dict]]) -> LLMResult:
         tool_calls = []
@@ -109,6 +114,8 @@ class _RulesSession:
 
     async def act(self, messages, observations) -> LLMResult:
         p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
+        self.steps += 1
+        last_step = p.T_max is not None and self.steps >= p.T_max
         if self.phase == "search":
             self.phase = "expand"
             size = p.search_size
@@ -124,7 +131,7 @@ class _RulesSession:
                 n = max(1, n + self.rng.choices([-1, 0, 1], [step, 1 - 2 * step, step])[0]) if n else 0
                 sources = _sample_order(sources, self.t, self.rng)
             sources = sources[:n]
-            if sources and cfg.neighbors and self.target is not None:
+            if sources and cfg.neighbors and self.target is not None and not last_step:
                 self.phase = "answer"
                 calls = []
                 for v in sources:

@@ -1,35 +1,299 @@
-"""Tables from published runs (``results/<stage>/<entry>/``): each run is recognised by its stored config, never by
-its directory name.
+"""The paper's tables from runs (``ark.report.runs``): each row is recognised by its runs' stored configs.
 
-``distillation_table``: the offline distillation demonstration (README "Distillation"): on each query set, BM25, the
-teacher, the base model with and without its grammar and the students, on the same test queries.
+A ``Table`` is plain data (title, columns, rows, a note, the runs behind each row) written as Markdown and CSV by the
+report stage. Metrics are shown x100. Table numbers follow the paper (arXiv 2601.13969, camera-ready numbering):
+1 main results, 2 tool ablations, 3 aggregation, 4 BM25 vs dense inside ARK, 5 backbones and distillation,
+6 split sizes, 7 graph statistics, 8 cost-controlled budgets, 9 tool use, 10 re-anchoring.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+import numpy as np
+
+from ark.agent.aggregate import aggregate
+from ark.eval.metrics import score_query
+from ark.report.runs import RunData, select
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
+LABEL = {"hit@1": "Hit@1", "hit@5": "Hit@5", "recall@20": "R@20", "mrr": "MRR"}
 
 
-def published_runs(results: Path, stage: str) -> list[dict]:
-    """Every published run of a stage: ``{"config", "metrics", "stats", "entry"}``."""
-    runs = []
-    for config_file in sorted((results / stage).glob("*/config.yaml")):
-        entry = config_file.parent
-        if not (entry / "metrics.json").exists():
-            continue
-        stats_file = entry / "stats.json"
-        runs.append({"entry": entry.name, "config": yaml.safe_load(config_file.read_text()),
-                     "metrics": json.loads((entry / "metrics.json").read_text()),
-                     "stats": json.loads(stats_file.read_text()) if stats_file.exists() else {}})
-    return runs
+@dataclass
+class Table:
+    name: str  # file stem, e.g. table1
+    title: str
+    columns: list[str]
+    rows: list[list] = field(default_factory=list)  # cells: numbers (already x100 where metrics) or text
+    note: str = ""
+    runs: dict[str, list[str]] = field(default_factory=dict)  # row label -> run directories behind it
+
+    def add(self, cells: list, runs: list[RunData] = ()) -> None:
+        self.rows.append(cells)
+        if runs:
+            self.runs[str(cells[0])] = [str(r.dir) for r in runs]
+
+    def markdown(self) -> str:
+        lines = [f"**{self.title}**", "", "| " + " | ".join(self.columns) + " |",
+                 "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
+        if self.note:
+            lines += ["", self.note]
+        if self.runs:
+            lines += ["", "Runs (`ark show <dir>` prints their trajectories):"]
+            lines += [f"- {label}: " + ", ".join(f"`{d}`" for d in dirs) for label, dirs in self.runs.items()]
+        return "\n".join(lines) + "\n"
+
+    def csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows([["" if c is None else c for c in row] for row in self.rows])
+        return out.getvalue()
+
+    def numbers(self) -> dict:
+        """{row label: {column: value}} of the numeric cells (the DVC metrics of the report)."""
+        return {str(row[0]): {c: v for c, v in zip(self.columns[1:], row[1:]) if isinstance(v, (int, float))}
+                for row in self.rows}
 
 
-def method(config: dict, results: Path) -> tuple[int, str] | None:
-    """(row order, label) of an evaluation run in the distillation table."""
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def pct(value) -> float | None:
+    return None if value is None else round(100 * float(value), 2)
+
+
+def by_queries(runs: list[RunData], query_sets: list[str]) -> dict[str, RunData]:
+    """One run per query set (the first found: the selection is expected to be unambiguous)."""
+    out = {}
+    for r in runs:
+        out.setdefault(r.config["queries"]["name"], r)
+    return {q: out[q] for q in query_sets if q in out}
+
+
+def metric_columns(query_sets: list[str], metrics, average: bool = False) -> list[str]:
+    cols = [f"{q} {LABEL[m]}" for q in query_sets for m in metrics]
+    return cols + ([f"average {LABEL[m]}" for m in metrics] if average else [])
+
+
+def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, average: bool = False,
+                 values=None) -> list:
+    """Cells of one row: each query set's metrics, then their average over query sets when every one ran."""
+    values = values or (lambda run, m: run.metrics.get(m))
+    cells = [pct(values(found[q], m)) if q in found else None for q in query_sets for m in metrics]
+    if average:
+        full = all(q in found for q in query_sets)
+        cells += [round(float(np.mean([pct(values(found[q], m)) for q in query_sets])), 2) if full else None
+                  for m in metrics]
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------- the ARK runs
+def ark_runs(runs, ark: dict, split: str = "test", **more) -> list[RunData]:
+    """The evaluate runs of the configured ARK setting (``report.ark``): backbone, T_max, agents, full split."""
+    settings = dict(stage="evaluate", split=split, backbone__name=ark["backbone"], agent__T_max=ark["T_max"],
+                    agent__n_agents=ark["n_agents"], agent__aggregation="voting")
+    settings.update(more)
+    settings = {k: v for k, v in settings.items() if v is not None}  # None: any value
+    return [r for r in select(runs, **settings) if r.get("eval.limit") is None]
+
+
+def baseline_runs(runs, retriever: str, split: str = "test") -> list[RunData]:
+    return [r for r in select(runs, stage="baseline", split=split, retriever__name=retriever)
+            if r.get("eval.limit") is None]
+
+
+def table1(runs, query_sets, ark) -> Table:
+    metrics = ("hit@1", "recall@20", "mrr")
+    t = Table("table1", "Table 1: retrieval on BioKG, test split (x100)",
+              ["method"] + metric_columns(query_sets, metrics, average=True),
+              note=f"ARK here is the scripted rules policy sampled at its temperature "
+                   f"({ark['backbone']}, {ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language "
+                   "model. The STaRK version of this table is stark_table1.md.")
+    for label, found in (("BM25", baseline_runs(runs, "bm25")), ("dense (MiniLM-L6)", baseline_runs(runs, "dense")),
+                         ("rules policy, deterministic, 1 agent",
+                          [r for r in select(runs, stage="evaluate", split="test", backbone__name="rules",
+                                             agent__n_agents=1, ablation__name="none", retriever__name="bm25")
+                           if r.get("eval.limit") is None and r.config["dataset"]["name"] == "biokg"]),
+                         (f"ARK ({ark['backbone']})", ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
+                                                               dataset__name="biokg"))):
+        found = [r for r in found if r.config["dataset"]["name"] == "biokg"]
+        per_set = by_queries(found, query_sets)
+        if per_set:
+            t.add([label] + metric_cells(per_set, query_sets, metrics, average=True), list(per_set.values()))
+    return t
+
+
+ABLATIONS = {"none": "full toolset", "no_neighbors": "without neighborhood search",
+             "no_q": "neighborhood without query ranking (no q)", "no_f": "neighborhood without type filters (no F)"}
+
+
+def table2(runs, query_sets, ark, split) -> Table:
+    metrics = ("hit@1", "recall@20")
+    t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
+              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
+    for ablation, label in ABLATIONS.items():
+        per_set = by_queries(ark_runs(runs, ark, split, ablation__name=ablation, retriever__name="bm25",
+                                      dataset__name="biokg"), query_sets)
+        if per_set:
+            t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+    return t
+
+
+def fused_scores(run: RunData, method: str) -> dict:
+    """Mean metrics of a run re-fused from its stored per-agent answer lists with another aggregation."""
+    gold = {q["id"]: q["answer_ids"] for q in run.queries()}
+    candidates = run.candidates()
+    seed = run.config.get("seed", 0)
+    rows = [score_query(aggregate([a.answer for a in r.agents], method, seed=seed), gold[r.id], METRICS, candidates)
+            for r in run.records if r.complete]
+    return {m: float(np.mean([row[m] for row in rows])) for m in METRICS}
+
+
+def table3(runs, query_sets, ark) -> Table:
+    metrics = ("hit@1", "recall@20", "mrr")
+    t = Table("table3", f"Table 3: aggregation of the same {ark['n_agents']}-agent runs on BioKG, test split (x100)",
+              ["aggregation"] + metric_columns(query_sets, metrics),
+              note="Computed from the per-agent answer lists stored in Table 1's ARK runs (not rerun): voting ranks "
+                   "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20.")
+    per_set = by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", dataset__name="biokg"),
+                         query_sets)
+    for method in ("voting", "ordering", "random"):
+        if per_set:
+            scored = {q: fused_scores(r, method) for q, r in per_set.items()}
+            t.add([method] + [pct(scored[q][m]) if q in scored else None for q in query_sets for m in metrics],
+                  list(per_set.values()))
+    return t
+
+
+def table4(runs, query_sets, ark, split) -> Table:
+    metrics = ("hit@1", "recall@20", "mrr")
+    t = Table("table4", f"Table 4: BM25 vs dense relevance inside ARK on BioKG, {split} (x100)",
+              ["relevance"] + metric_columns(query_sets, metrics),
+              note="The relevance function ranks both global search and the neighborhood (rel(q, d_V(u))); "
+                   "dense: cosine of all-MiniLM-L6-v2 embeddings.")
+    for retriever in ("bm25", "dense"):
+        per_set = by_queries(ark_runs(runs, ark, split, ablation__name="none", retriever__name=retriever,
+                                      dataset__name="biokg"), query_sets)
+        if per_set:
+            t.add([retriever] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+    return t
+
+
+def table8(runs, query_sets, ark) -> Table:
+    metrics = ("hit@1", "recall@20", "mrr")
+    t = Table("table8", "Table 8: cost-controlled budgets on BioKG, test split (x100)",
+              ["budget"] + metric_columns(query_sets, metrics) + ["steps per query"],
+              note=f"Both settings allow 30 steps per query. {ark['backbone']} is scripted: it finishes in at most "
+                   "3 steps, so a larger T_max cannot help it; more agents can (voting).")
+    for n, T in ((1, 30), (3, 10)):
+        setting = dict(ark, n_agents=n, T_max=T)
+        per_set = by_queries(ark_runs(runs, setting, ablation__name="none", retriever__name="bm25",
+                                      dataset__name="biokg"), query_sets)
+        if per_set:
+            steps = [sum(a.steps for rec in r.records for a in rec.agents) / len(r.records) for r in per_set.values()]
+            t.add([f"{n} agent{'s' if n > 1 else ''} x T_max {T}"] + metric_cells(per_set, query_sets, metrics)
+                  + [round(float(np.mean(steps)), 2)], list(per_set.values()))
+    return t
+
+
+# ------------------------------------------------------------------------------------- tool use (Tables 9, 10)
+def trajectory_rows(run: RunData) -> list[dict]:
+    """Per agent trajectory: tools used, neighborhood calls, a global search after step 1, its own Hit@5."""
+    gold = {q["id"]: q["answer_ids"] for q in run.queries()}
+    meta = {q["id"]: q.get("meta") or {} for q in run.queries()}
+    candidates = run.candidates()
+    rows = []
+    for r in run.records:
+        for a in r.agents:
+            calls = [tc["function"]["name"] for m in a.messages if m.get("role") == "assistant"
+                     for tc in (m.get("tool_calls") or [])]
+            steps = [[tc["function"]["name"] for tc in (m.get("tool_calls") or [])]
+                     for m in a.messages if m.get("role") == "assistant"]
+            rows.append({"query": r.id, "template": meta[r.id].get("template", "all"),
+                         "neighborhood_calls": calls.count("search_in_neighborhood"),
+                         "global_calls": calls.count("search_in_graph"),
+                         "reanchored": any("search_in_graph" in s for s in steps[1:]),
+                         "hit@5": score_query(a.answer, gold[r.id], ["hit@5"], candidates)["hit@5"]})
+    return rows
+
+
+def table9(runs, query_sets, ark) -> Table:
+    t = Table("table9", "Table 9: tool use per trajectory on BioKG, test split",
+              ["query set", "trajectories", "global search only: share %", "success %",
+               "both tools: share %", "success %"],
+              note="Success: the trajectory's own answer list has a gold node in its top 5 (Hit@5). Computed from "
+                   "Table 1's ARK runs.")
+    for q, run in by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
+                                      dataset__name="biokg"), query_sets).items():
+        rows = trajectory_rows(run)
+        only = [x for x in rows if x["global_calls"] and not x["neighborhood_calls"]]
+        both = [x for x in rows if x["global_calls"] and x["neighborhood_calls"]]
+        t.add([q, len(rows), *_share_success(only, rows), *_share_success(both, rows)], [run])
+    return t
+
+
+def table10(runs, query_sets, ark) -> Table:
+    t = Table("table10", "Table 10: re-anchoring (a global search after the first step) on BioKG, test split",
+              ["query set", "trajectories", "re-anchoring: share %", "success %", "no re-anchoring: share %",
+               "success %"],
+              note=f"Success as in Table 9. {ark['backbone']} searches once, at its first step, by construction: "
+                   "its re-anchoring share is 0 and says nothing about a language model's.")
+    for q, run in by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
+                                      dataset__name="biokg"), query_sets).items():
+        rows = trajectory_rows(run)
+        yes = [x for x in rows if x["reanchored"]]
+        no = [x for x in rows if not x["reanchored"]]
+        t.add([q, len(rows), *_share_success(yes, rows), *_share_success(no, rows)], [run])
+    return t
+
+
+def _share_success(part: list[dict], rows: list[dict]) -> tuple:
+    share = round(100 * len(part) / len(rows), 2) if rows else None
+    success = round(100 * float(np.mean([x["hit@5"] for x in part])), 2) if part else None
+    return share, success
+
+
+# --------------------------------------------------------------------------------- data tables (Tables 6, 7)
+def table6(queries_root: Path, query_sets, subset_split: str) -> Table:
+    from ark.data.queries import load_queries
+
+    splits = ("train", "val", "test", subset_split)
+    t = Table("table6", "Table 6: queries per split on BioKG", ["query set", *splits])
+    for q in query_sets:
+        if (Path(queries_root) / q / "test.jsonl").exists():
+            t.add([q, *(len(load_queries(Path(queries_root) / q, s)) for s in splits)])
+    return t
+
+
+def table7(graphs: dict) -> Table:
+    """``graphs``: {name: Graph}."""
+    t = Table("table7", "Table 7: graph statistics", ["graph", "node types", "relation types", "nodes", "edges",
+                                                      "mean degree", "max degree", "document tokens (mean)",
+                                                      "document tokens (total, M)"],
+              note="Degrees count both directions of each edge; tokens are whitespace-separated words of d_V(v).")
+    for name, g in graphs.items():
+        degree = np.diff(np.asarray(g.indptr))
+        tokens = np.array([len(str(d).split()) for d in g.doc])
+        t.add([name, len(g.node_type_names), len(g.relation_names), g.num_nodes, g.num_edges,
+               round(float(degree.mean()), 2), int(degree.max()), round(float(tokens.mean()), 1),
+               round(float(tokens.sum()) / 1e6, 2)])
+    return t
+
+
+# ------------------------------------------------------------------------ backbones and distillation (Table 5)
+def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
+    """(row order, label) of an evaluation run in the backbone table."""
     b = config["backbone"]
     if b["kind"] == "rules":
         return 1, (f"teacher: rules policy, temperature {b.get('temperature', 0.0)}, "
@@ -40,7 +304,7 @@ def method(config: dict, results: Path) -> tuple[int, str] | None:
     if not local.get("adapter"):
         return (2, "SmolLM2-135M base, grammar-constrained") if local.get("constrained") else \
                (3, "SmolLM2-135M base, free decoding")
-    report = results / "distill" / Path(local["adapter"]).name / "report.json"
+    report = Path(distill_dir) / Path(local["adapter"]).name / "report.json"
     size = ""
     if report.exists():
         r = json.loads(report.read_text())["report"]
@@ -49,37 +313,51 @@ def method(config: dict, results: Path) -> tuple[int, str] | None:
     return (5 if local.get("constrained") else 4), f"student: LoRA on SmolLM2{size}, {decoding}"
 
 
-def distillation_table(results: str | Path, t_max: int = 4, baseline_limit: int = 50) -> tuple[str, list[dict]]:
-    """Markdown and rows: every published evaluate run on the test split with one agent and ``t_max`` steps, and
-    BM25 on the first ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the
-    teacher's where both ran on the same number of (first) queries. The runs' query counts are in the ``n`` column."""
-    results = Path(results)
+def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:
+    """Every evaluate run on the test split with one agent and ``t_max`` steps, and BM25 on the first
+    ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the teacher's where both ran
+    on the same number of (first) queries."""
     rows = []
-    for run in published_runs(results, "baseline"):
-        c = run["config"]
-        if c.get("eval.limit") == baseline_limit and c["split"] == "test":
+    for run in runs:
+        c = run.config
+        if c["stage"] == "baseline" and c.get("eval.limit") == baseline_limit and c["split"] == "test":
             rows.append({"order": 0, "method": f"BM25, one global search ({c['retriever']['name']})",
-                         "queries": c["queries"]["name"], "run": f"baseline@{run['entry']}", **run["metrics"],
+                         "queries": c["queries"]["name"], "run": str(run.dir), **run.metrics,
                          "invalid_call_rate": None})
-    for run in published_runs(results, "evaluate"):
-        c = run["config"]
-        if not (c["split"] == "test" and c["agent"]["n_agents"] == 1 and c["agent"]["T_max"] == t_max):
-            continue
-        labelled = method(c, results)
-        if labelled:
-            rows.append({"order": labelled[0], "method": labelled[1], "queries": c["queries"]["name"],
-                         "run": f"evaluate@{run['entry']}", **run["metrics"],
-                         "invalid_call_rate": run["stats"].get("invalid_call_rate")})
-    rows.sort(key=lambda r: (r["queries"], r["order"], r["method"]))
+        elif c["stage"] == "evaluate" and c["split"] == "test" and c["agent"]["n_agents"] == 1 \
+                and c["agent"]["T_max"] == t_max:
+            labelled = method(c, distill_dir)
+            if labelled:
+                rows.append({"order": labelled[0], "method": labelled[1], "queries": c["queries"]["name"],
+                             "run": str(run.dir), **run.metrics,
+                             "invalid_call_rate": run.stats.get("invalid_call_rate")})
+    rows.sort(key=lambda r: (r["queries"], r["order"], r["method"], r["n_queries"]))
     teacher = {(r["queries"], r["n_queries"]): r["hit@1"] for r in rows if r["order"] == 1}  # on the same queries
-    lines = ["| query set | method | run | n | Hit@1 | Hit@5 | Recall@20 | MRR | invalid calls | of teacher's Hit@1 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        share = ""
         if r["order"] >= 2 and teacher.get((r["queries"], r["n_queries"])):
             r["teacher_hit1_share"] = round(r["hit@1"] / teacher[(r["queries"], r["n_queries"])], 3)
-            share = f"{r['teacher_hit1_share']:.0%}"
-        invalid = "" if r["invalid_call_rate"] is None else f"{100 * r['invalid_call_rate']:.1f}%"
-        lines.append(f"| {r['queries']} | {r['method']} | `{r['run']}` | {r['n_queries']} | "
-                     + " | ".join(f"{100 * r[m]:.2f}" for m in METRICS) + f" | {invalid} | {share} |")
-    return "\n".join(lines) + "\n", rows
+    return rows
+
+
+def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> Table:
+    t = Table("table5", f"Table 5: backbones and the distilled student on BioKG, first test queries, 1 agent, "
+                        f"T_max {t_max} (x100)",
+              ["query set", "method", "n", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
+              note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
+                   "SmolLM2-135M trained on its trajectories (distill stage). Each share compares runs on the same "
+                   "first n queries.")
+    for r in distillation_rows(runs, distill_dir, t_max, baseline_limit):
+        share = r.get("teacher_hit1_share")
+        t.rows.append([r["queries"], r["method"], r["n_queries"], *[pct(r[m]) for m in METRICS],
+                       pct(r["invalid_call_rate"]), None if share is None else round(100 * share)])
+        t.runs[f"{r['queries']} / {r['method']} / n={r['n_queries']}"] = [r["run"]]
+    return t
+
+
+def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
+    qs, ark = list(cfg_report["query_sets"]), dict(cfg_report["ark"])
+    split = cfg_report["ablation_split"]
+    d = cfg_report["distillation"]
+    return [table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs, ark, split),
+            table5(runs, distill_dir, d["t_max"], d["baseline_limit"]), table6(queries_root, qs, split), table7(graphs),
+            table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]

@@ -1,35 +1,56 @@
-"""Stage report: tables from the published runs under ``results/``.
+"""Stage report: every table (Markdown + CSV) and figure (PNG) of the paper from the runs under ``report.runs``.
 
-``python -m ark.stages.report`` writes ``results/tables/distillation.md`` and ``.json`` (``ark.report.tables``).
+``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
+STaRK numbers beside ours), ``results/figures/`` (Figures 2-5) and ``results/metrics.json`` (every number of the
+BioKG tables, for ``dvc metrics show``). Runs are recognised by their stored configs (``ark.report``).
 """
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ark.io import write_json
-from ark.report.tables import distillation_table
+from ark.report.figures import biokg_figures
+from ark.report.paper import stark_tables
+from ark.report.runs import graph, load_runs
+from ark.report.tables import biokg_tables
 from ark.stages import clear_errors
+from ark.tracking import stage_run
 
-GROUPS = ()  # reads published runs; no config group decides its result
+GROUPS = ()  # reads runs; no config group decides its result
 
 
 def run(cfg: DictConfig) -> dict:
-    results = Path(cfg.paths.results)
-    markdown, rows = distillation_table(results, **cfg.report.distillation)
-    out = results / "tables"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "distillation.md").write_text(markdown)
-    write_json(out / "distillation.json", rows)
-    return {"distillation": len(rows)}
+    r = OmegaConf.to_container(cfg.report, resolve=True)
+    runs = load_runs(r["runs"])
+    tables_dir, figures_dir = Path(r["tables"]), Path(r["figures"])
+    graphs = {name: graph(name) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
+    tables = (biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
+              if r["biokg"] else [])
+    tables += stark_tables(runs, r["stark_ark"])
+    for d in (tables_dir, figures_dir):  # a table or figure no run supports any more must not linger
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    for t in tables:
+        (tables_dir / f"{t.name}.md").write_text(t.markdown())
+        (tables_dir / f"{t.name}.csv").write_text(t.csv())
+    figures = biokg_figures(runs, r, Path(r["distill"]), figures_dir) if r["biokg"] else []
+    write_json(Path(r["metrics"]), {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")})
+    return {"runs": len(runs), "tables": [t.name for t in tables], "figures": [p.name for p in figures],
+            "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    print(run(cfg))
+    with stage_run(cfg, "report") as log:
+        result = run(cfg)
+        log.log({"runs": result["runs"]})
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

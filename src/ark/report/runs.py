@@ -1,0 +1,119 @@
+"""The runs a report reads: every run directory under the given roots, known by its stored config (never its path).
+
+A run directory holds ``config.yaml`` (its identity), ``metrics.json``, ``stats.json``, ``records.jsonl`` and
+``scores.jsonl`` (``ark.runs.store``). Gold answers and candidates, which the records never hold, come from the
+query files and graph that the stored config names, composed through the project's config (``ark.build``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from ark.runs.records import QueryRecord
+
+
+@dataclass
+class RunData:
+    dir: Path
+    config: dict
+    metrics: dict
+    stats: dict
+    _records: list[QueryRecord] | None = field(default=None, repr=False)
+
+    def get(self, key: str, default=None):
+        """A stored setting by dotted key: ``agent.T_max``, ``backbone.name``, or a literal ``eval.limit``."""
+        if key in self.config:
+            return self.config[key]
+        value = self.config
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return default
+            value = value[part]
+        return value
+
+    def matches(self, **settings) -> bool:
+        """Every setting (dotted keys written with ``__``: ``agent__T_max=20``) equals the stored one."""
+        return all(self.get(k.replace("__", ".")) == v for k, v in settings.items())
+
+    @property
+    def records(self) -> list[QueryRecord]:
+        if self._records is None:
+            with open(self.dir / "records.jsonl", encoding="utf-8") as f:
+                self._records = [QueryRecord.from_dict(json.loads(line)) for line in f if line.strip()]
+        return self._records
+
+    @property
+    def scores(self) -> list[dict]:
+        with open(self.dir / "scores.jsonl", encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def queries(self) -> list[dict]:
+        """The run's queries with their gold answers, as the run read them (split, subset, limit)."""
+        return _queries(self.config["dataset"]["name"], self.config["queries"]["name"], self.config["split"],
+                        self.config.get("subset_seed") or 0, self.config.get("eval.limit"))
+
+    def candidates(self):
+        return _candidates(self.config["dataset"]["name"])
+
+
+def load_runs(roots) -> list[RunData]:
+    """Every finished run (a ``metrics.json`` beside its ``config.yaml``) under the roots, in path order."""
+    runs = []
+    for root in roots:
+        for config_file in sorted(Path(root).glob("**/config.yaml")):
+            d = config_file.parent
+            if not (d / "metrics.json").exists() or not (d / "scores.jsonl").exists():
+                continue  # a published copy or an unfinished run
+            stats = d / "stats.json"
+            runs.append(RunData(d, yaml.safe_load(config_file.read_text()), json.loads((d / "metrics.json").read_text()),
+                                json.loads(stats.read_text()) if stats.exists() else {}))
+    return runs
+
+
+def select(runs: list[RunData], **settings) -> list[RunData]:
+    return [r for r in runs if r.matches(**settings)]
+
+
+def dataset_config(dataset: str, queries: str = "synthetic"):
+    """The project's config for a stored dataset and query set name: where their files are on this machine."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"dataset={dataset}", f"queries={queries}", "logger=none"]
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (the report stage)
+        return compose("config", overrides=overrides)
+    from ark.cli import compose as compose_project
+
+    return compose_project(overrides)
+
+
+@lru_cache(maxsize=4)
+def _graph(dataset: str):
+    from ark import build
+
+    return build.graph(dataset_config(dataset))
+
+
+@lru_cache(maxsize=16)
+def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit) -> list[dict]:
+    from ark.data.queries import load_queries
+
+    cfg = dataset_config(dataset, queries)
+    rows = load_queries(cfg.dataset.queries_dir, split, subset_seed)
+    return rows[:limit] if limit is not None else rows
+
+
+@lru_cache(maxsize=4)
+def _candidates(dataset: str):
+    from ark.eval.metrics import as_candidates
+
+    graph = _graph(dataset)
+    return as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+
+
+def graph(dataset: str):
+    return _graph(dataset)
