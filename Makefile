@@ -15,8 +15,9 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 install: $(BIN)/.installed
 
+# one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept
 repro: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+	ARK_WANDB_GROUP="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
 test: install
 	$(BIN)/pytest -q

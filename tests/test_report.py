@@ -1,19 +1,26 @@
-"""Tables from published runs: rows are recognised by their stored configs."""
+"""The report: tables and figures from runs recognised by their stored configs, and the paper's numbers beside ours."""
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
-from ark.report.tables import distillation_table
+from ark.report.figures import budget_grid
+from ark.report.paper import stark_tables
+from ark.report.runs import RunData, load_runs
+from ark.report.tables import table5
+from tests.conftest import compose_cfg
 
 
-def publish(results: Path, stage: str, entry: str, config: dict, hit1: float, invalid: float | None = None):
-    d = results / stage / entry
+def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float | None = None, n: int = 50) -> Path:
+    d = root / name
     d.mkdir(parents=True)
     (d / "config.yaml").write_text(yaml.safe_dump(config))
-    metrics = {"hit@1": hit1, "hit@5": hit1, "recall@20": hit1, "mrr": hit1, "n_queries": 50, "n_incomplete": 0}
+    metrics = {"hit@1": hit1, "hit@5": hit1, "recall@20": hit1, "mrr": hit1, "n_queries": n, "n_incomplete": 0}
     (d / "metrics.json").write_text(json.dumps(metrics))
     (d / "stats.json").write_text(json.dumps({} if invalid is None else {"invalid_call_rate": invalid}))
+    (d / "scores.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "hit@1": hit1}) + "\n" for i in range(n)))
+    return d
 
 
 def run_config(backbone: dict, limit=50, T_max=4, n_agents=1, queries="synthetic"):
@@ -21,26 +28,108 @@ def run_config(backbone: dict, limit=50, T_max=4, n_agents=1, queries="synthetic
             "agent": {"T_max": T_max, "n_agents": n_agents}, "backbone": backbone}
 
 
-def test_the_distillation_table_finds_its_runs_by_config(tmp_path):
+def test_the_backbone_table_finds_its_runs_by_config(tmp_path):
     local = {"kind": "local", "name": "local_smollm2", "local": {"constrained": True, "adapter": None}}
-    publish(tmp_path, "baseline", "a", {"split": "test", "eval.limit": 50, "queries": {"name": "synthetic"},
-                                        "retriever": {"name": "bm25"}}, 0.1)
-    publish(tmp_path, "evaluate", "b", run_config({"kind": "rules", "name": "rules_teacher", "temperature": 0.7,
-                                                         "max_answer": 5}), 0.4, 0.0)
-    publish(tmp_path, "evaluate", "c", run_config(local), 0.0, 0.9)
-    publish(tmp_path, "evaluate", "d", run_config({**local, "local": {"constrained": False,
-                                                                     "adapter": "data/students/s1"}}), 0.3, 0.02)
-    publish(tmp_path, "evaluate", "g", run_config({**local, "local": {"constrained": True,
-                                                                     "adapter": "data/students/s1"}}), 0.1, 0.0)
-    publish(tmp_path, "evaluate", "e", run_config(local, T_max=20), 0.5)  # another experiment: not in the table
-    publish(tmp_path, "evaluate", "f", run_config(local, n_agents=3), 0.5)  # neither
+    runs = tmp_path / "runs"
+    write_run(runs, "a", {"stage": "baseline", "split": "test", "eval.limit": 50, "queries": {"name": "synthetic"},
+                          "retriever": {"name": "bm25"}}, 0.1)
+    write_run(runs, "b", run_config({"kind": "rules", "name": "rules_teacher", "temperature": 0.7, "max_answer": 5}),
+              0.4, 0.0)
+    write_run(runs, "c", run_config(local), 0.0, 0.9)
+    write_run(runs, "d", run_config({**local, "local": {"constrained": False, "adapter": "data/students/s1"}}), 0.3,
+              0.02)
+    write_run(runs, "g", run_config({**local, "local": {"constrained": True, "adapter": "data/students/s1"}}), 0.1, 0.0)
+    write_run(runs, "e", run_config(local, T_max=20), 0.5)  # another experiment: not in the table
+    write_run(runs, "f", run_config(local, n_agents=3), 0.5)  # neither
     (tmp_path / "distill" / "s1").mkdir(parents=True)
     (tmp_path / "distill" / "s1" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
-    markdown, rows = distillation_table(tmp_path)
-    assert [r["run"] for r in rows] == ["baseline@a", "evaluate@b", "evaluate@c", "evaluate@d", "evaluate@g"]
-    assert rows[1]["method"] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
-    student = rows[-2]
-    assert "grammar-constrained" in rows[-1]["method"] and "free decoding" in student["method"]
-    assert "96 trajectories" in student["method"] and student["teacher_hit1_share"] == 0.75
-    assert "| synthetic | student: LoRA on SmolLM2, 96 trajectories, free decoding | `evaluate@d` | 50 | 30.00" \
-        in markdown and "| 2.0% | 75% |" in markdown
+    t = table5(load_runs([runs]), tmp_path / "distill")
+    assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "g"]
+    assert t.rows[1][1] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
+    student, diagnostic = t.rows[-2], t.rows[-1]
+    assert "grammar-constrained" in diagnostic[1] and "free decoding" in student[1]
+    assert "96 trajectories" in student[1] and student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
+    assert "| synthetic | student: LoRA on SmolLM2, 96 trajectories, free decoding | 50 | 30.00 | 30.00 | 30.00 | " \
+           "30.00 | 2.00 | 75 |" in t.markdown()
+
+
+def fake_run(config: dict, **metrics) -> RunData:
+    return RunData(Path("/runs/x"), config, metrics, {})
+
+
+def test_stark_tables_put_ours_beside_the_papers_numbers():
+    paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "source": "arXiv x v1"}
+             for c, v in (("PRIME Hit@1", "12.75"), ("MAG Hit@1", "25.85"), ("Average Hit@1", "27.85"))]
+    paper.append({"table": "Table 1", "caption": "main", "row": "ARK", "column": "PRIME Hit@1", "value": "48.20",
+                  "source": "arXiv x v1"})
+    bm25 = fake_run({"stage": "baseline", "split": "test", "eval.limit": None, "dataset": {"name": "stark_prime"},
+                     "retriever": {"name": "bm25"}}, **{"hit@1": 0.2})
+    other = fake_run({"stage": "baseline", "split": "test-0.1", "eval.limit": None,
+                      "dataset": {"name": "stark_mag"}, "retriever": {"name": "bm25"}}, **{"hit@1": 0.9})
+    ark = {"backbone": "gpt-4.1", "T_max": 20, "n_agents": 3}
+    table = next(t for t in stark_tables([bm25, other], ark, paper) if t.name == "stark_table1")
+    assert table.columns == ["row", "PRIME Hit@1", "MAG Hit@1", "Average Hit@1"]
+    assert table.rows[0] == ["BM25", "12.75 / 20.00 (+7.25)", "25.85 / –", "27.85 / –"]  # the 10% run is not "test"
+    assert table.rows[1] == ["ARK", "48.20 / –", "", ""]
+    assert table.runs == {"BM25": ["/runs/x"]}
+
+
+def test_the_budget_heatmap_keeps_the_complete_rows_of_its_sweep():
+    runs = [fake_run({"agent": {"T_max": T, "n_agents": n}}) for T in (1, 2) for n in (1, 3)]
+    runs.append(fake_run({"agent": {"T_max": 20, "n_agents": 3}}))  # another table's run of the same setting
+    Ts, agents, cells = budget_grid(runs)
+    assert Ts == [1, 2] and agents == [1, 3] and len(cells) == 5
+
+
+@pytest.fixture
+def tiny_runs(tiny_project, tmp_path):
+    """Runs on the tiny graph as the DVC matrix makes them: BM25, ARK (3 sampled agents), two ablations on
+    test-0.1 and a 2 x 2 budget sweep; queries of two types."""
+    from ark.io import write_jsonl
+    from ark.stages import baseline, build_index, evaluate
+
+    base = tiny_project + ["retriever.params.stemmer=null", "eval.progress=false"]
+    cfg = compose_cfg(base)
+    write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [
+        {"id": "q1", "query": "Which phenotype is slender fingers?", "answer_ids": [3], "meta": {"template": "a"}},
+        {"id": "q2", "query": "Which phenotype is the lens of the eye?", "answer_ids": [4, 0],
+         "meta": {"template": "a"}},
+        {"id": "q3", "query": "Which disease has long fingers?", "answer_ids": [2], "meta": {"template": "b"}},
+    ])
+    build_index.run(cfg)
+    results = tmp_path / "results" / "runs"
+    baseline.run(compose_cfg(base + [f"run.root={results}/baseline/bm25"]))
+    ark = base + ["+experiment=ark"]
+    evaluate.run(compose_cfg(ark + [f"run.root={results}/evaluate/ark"]))
+    for ablation in ("none", "no_neighbors"):
+        evaluate.run(compose_cfg(base + ["+experiment=ablations", f"ablation={ablation}",
+                                         f"run.root={results}/evaluate/{ablation}"]))
+    for T in (1, 3):
+        for n in (1, 2):
+            evaluate.run(compose_cfg(ark + [f"agent.T_max={T}", f"agent.n_agents={n}",
+                                            f"run.root={results}/budget/synthetic"]))
+    return base + ["report.query_sets=[synthetic]", "report.graphs=[biokg]"]
+
+
+def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(tiny_runs, tmp_path):
+    from ark.stages import report
+
+    cfg = compose_cfg(tiny_runs)
+    out = report.run(cfg)
+    tables, figures = Path(cfg.report.tables), Path(cfg.report.figures)
+    for name in [f"table{i}" for i in range(1, 11)] + ["stark_table1", "stark_table2", "stark_table5"]:
+        assert (tables / f"{name}.md").read_text().startswith("**") and (tables / f"{name}.csv").exists(), name
+    assert sorted(out["figures"]) == ["figure2_hit1.png", "figure2_latency.png", "figure2_recall20.png",
+                                      "figure3_neighborhood_by_query_type.png", "figure5_neighborhood_calls.png"]
+    assert all((figures / f).read_bytes()[:4] == b"\x89PNG" for f in out["figures"])
+    metrics = json.loads(Path(cfg.report.metrics).read_text())
+    ark = metrics["table1"]["ARK (rules_sampled)"]
+    # Table 3 re-fuses the stored per-agent lists: its voting row must equal the run's own scores
+    assert {k: v for k, v in metrics["table3"]["voting"].items()} == {k: ark[k] for k in metrics["table3"]["voting"]}
+    assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
+    table9 = (tables / "table9.csv").read_text().splitlines()
+    assert table9[1].startswith("synthetic,9,")  # 3 queries x 3 agents
+    # the same runs give the same bytes (DVC hashes the outputs)
+    first = {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
+    report.run(cfg)
+    assert first == {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}

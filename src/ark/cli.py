@@ -1,12 +1,15 @@
 """``ark ask "question" [hydra overrides]``: run the agents on one question and show the trajectory live.
+``ark show <run> [query]``: print one query's stored trajectories (``ark.report.show``); no query: list them.
 
-Example: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``
+Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
+``ark show evaluate@rules-synthetic 0``
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -72,8 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. dataset=biokg backbone=rules agent.n_agents=1")
     p.add_argument("--lines", type=int, default=8, help="observation lines shown per tool call")
     p.add_argument("--json", type=Path, help="also write the full record (all messages) to this file")
+    p = sub.add_parser("show", help="print one query's trajectories of a run (no query: list its queries)")
+    p.add_argument("run", help="a run directory, a published entry results/<stage>/<entry>/, or <stage>@<entry>")
+    p.add_argument("query", nargs="?", help="a query id or a 0-based position in the run's records")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
+    p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
     args = parser.parse_args(argv)
     try:
+        if args.command == "show":
+            from ark.report.show import show
+
+            if args.query and "=" in args.query:  # an override, not a query id
+                args.overrides.insert(0, args.query)
+                args.query = None
+            try:
+                show(args.run, args.query, args.max_lines, args.overrides)
+            except BrokenPipeError:  # piped into head or less that stopped reading
+                sys.stdout = open(os.devnull, "w")
+            return 0
         record = ask(args.question, args.overrides, args.lines)
     except UserError as e:
         print(f"ark: {e}", file=sys.stderr)

@@ -1,43 +1,251 @@
 """W&B logging for every stage through one place: offline by default, disabled in tests.
 
 ``logger.name=none`` turns it off; ``WANDB_MODE`` (offline | online | disabled) picks the mode.
-Only the resolved config (no secrets: keys come from the environment and are never in the config)
-and the metrics a stage returns are logged.
+
+What a stage's W&B run carries:
+
+- name: a stage with a run identity (baseline, evaluate, collect) is named like its run directory,
+  ``run_name(identity(cfg, stage))`` (readable name + hash); any other stage ``<stage>-<dataset>[-…]``
+  (``NAME_PARTS``). job_type: the stage.
+- tags: dataset, queries, split, retriever and, for agent runs, backbone, ablation, ``T<T_max>``, ``A<n_agents>``
+  (for other stages the parts of their name).
+- group, first set wins: ``logger.group`` (a user's override) > ``ARK_WANDB_GROUP`` (or W&B's own
+  ``WANDB_RUN_GROUP``) in the environment, which ``make repro`` sets once (``repro-<timestamp>``) so that all
+  stages of one ``dvc repro`` share it > ``sweep-<job>-<sweep dir name>`` for every job of one Hydra
+  ``--multirun`` (also a tag, so a sweep stays findable inside a repro's group) > none.
+- config: the resolved config minus ``hydra``. Keys come from the environment only, never from the config; as a
+  guard, config values under a secret-looking key (``api_key``, ``token``, ``secret``, ``password``) and any
+  value containing a secret-looking environment variable's value are replaced by ``<redacted>``.
+- summary: the scalars a stage returns (``log_summary``); evaluate and baseline add the per-query results as a
+  table (``log_queries``); the report stage logs its tables and figures with ``log_files``.
 """
 from __future__ import annotations
 
+import csv
+import html
 import os
+import re
 from contextlib import contextmanager
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
+NAME_PARTS = {  # stages without a run identity: the config groups whose names follow the stage in its name
+    "download": ("dataset",),
+    "build_graph": ("dataset",),
+    "build_index": ("dataset", "retriever"),
+    "make_queries": ("dataset", "queries"),
+    "distill": ("dataset", "distill"),
+    "report": (),
+}
+SECRET_KEY = re.compile(r"(api_?key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)  # config keys
+SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)  # environment variable names
+REDACTED = "<redacted>"
+MAX_TAG = 64  # W&B's limit
+
 
 class _NoRun:
+    """What ``stage_run`` yields with logging off: every call does nothing."""
+
+    summary: dict = {}
+
     def log(self, *_args, **_kwargs):
         pass
 
 
+def run_labels(cfg, stage: str, identity_cfg=None) -> tuple[str, list[str]]:
+    """(W&B run name, tags) of ``stage``; ``identity_cfg``: the config the stage's run identity is computed
+    from where that is not ``cfg`` (collect: ``collect_cfg(cfg)``)."""
+    from ark.runs.identity import STAGE_SETTINGS, identity, run_name
+
+    ident = None
+    if stage in STAGE_SETTINGS:
+        try:
+            ident = identity(cfg if identity_cfg is None else identity_cfg, stage)
+        except Exception:  # noqa: BLE001  (a bad config: the stage itself says what is wrong, not W&B)
+            pass
+    if ident is not None:
+        tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"], ident["retriever"]["name"]]
+        if "agent" in ident:
+            a = ident["agent"]
+            tags += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}", f"A{a['n_agents']}"]
+        name = run_name(ident)
+    else:
+        tags = [OmegaConf.select(cfg, f"{group}.name") for group in NAME_PARTS.get(stage, ("dataset",))]
+        tags = [str(t) for t in tags if t is not None]
+        name = "-".join([stage, *tags])
+    return name, list(dict.fromkeys(str(t)[:MAX_TAG] for t in tags if str(t)))
+
+
+def sweep_label() -> str | None:
+    """``sweep-<job>-<sweep dir name>`` in a job of a Hydra ``--multirun`` (its jobs share one sweep dir), else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        if OmegaConf.select(hydra_cfg, "mode") == RunMode.MULTIRUN:
+            return f"sweep-{hydra_cfg.job.name}-{Path(str(hydra_cfg.sweep.dir)).name}"
+    return None
+
+
+def run_group(cfg) -> str | None:
+    """The W&B group: ``logger.group`` > ``ARK_WANDB_GROUP``/``WANDB_RUN_GROUP`` > the Hydra multirun > none."""
+    group = OmegaConf.select(cfg, "logger.group") or os.environ.get("ARK_WANDB_GROUP") \
+        or os.environ.get("WANDB_RUN_GROUP")
+    return str(group) if group else sweep_label()
+
+
+def scrub(value, secrets: set[str] | None = None):
+    """``value`` (plain data) with secrets replaced by ``<redacted>``: values under a secret-looking key, and
+    strings containing the value of a secret-looking environment variable."""
+    if secrets is None:
+        secrets = {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}
+    if isinstance(value, dict):
+        return {k: REDACTED if SECRET_KEY.search(str(k)) and v is not None else scrub(v, secrets)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, secrets) for v in value]
+    if isinstance(value, str) and any(s in value for s in secrets):
+        return REDACTED
+    return value
+
+
+def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:
+    """The keyword arguments ``stage_run`` passes to ``wandb.init``."""
+    logger = cfg.get("logger") or {}
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config.pop("hydra", None)
+    name, tags = run_labels(cfg, stage, identity_cfg)
+    sweep = sweep_label()  # also a tag: a sweep inside a grouped `make repro` stays findable
+    return dict(
+        project=logger.get("project", "ark"),
+        dir=logger.get("dir") or os.environ.get("WANDB_DIR"),
+        mode=os.environ.get("WANDB_MODE", logger.get("mode", "offline")),
+        job_type=stage,
+        name=name,
+        tags=tags + ([sweep[:MAX_TAG]] if sweep else []),
+        group=run_group(cfg),
+        config=scrub(config),
+        reinit="finish_previous",
+    )
+
+
 @contextmanager
-def stage_run(cfg, stage: str):
-    """Context manager yielding an object with ``.log(dict)``; finishes the run on exit."""
+def stage_run(cfg, stage: str, identity_cfg=None):
+    """Context manager yielding the W&B run (or a stand-in doing nothing with logging off); finishes the run on
+    exit, as failed (exit code 1) when the stage raised. ``identity_cfg``: see ``run_labels``."""
     logger = cfg.get("logger") or {}
     if logger.get("name", "none") == "none":
         yield _NoRun()
         return
     import wandb
 
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config.pop("hydra", None)
-    run = wandb.init(
-        project=logger.get("project", "ark"),
-        dir=logger.get("dir") or os.environ.get("WANDB_DIR"),
-        mode=os.environ.get("WANDB_MODE", logger.get("mode", "offline")),
-        job_type=stage,
-        group=logger.get("group"),
-        config=config,
-        reinit="finish_previous",
-    )
+    run = wandb.init(**wandb_settings(cfg, stage, identity_cfg))
     try:
         yield run
-    finally:
-        run.finish()
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+
+
+def log_summary(run, result: dict) -> None:
+    """A stage's results as the run's summary: numbers, strings and dicts of them (as counts by type); no lists."""
+    if isinstance(run, _NoRun):
+        return
+    run.summary.update(scrub({k: v for k, v in result.items() if isinstance(v, (int, float, str, dict))}))
+
+
+def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
+    """(columns, one row per query) of a scored run directory: query id and text, each metric of
+    ``scores.jsonl``, whether it completed, agent steps and tool calls (summed over its agents), wall time (s)."""
+    import json
+
+    from ark.runs.store import load_run
+
+    run_dir = Path(run_dir)
+    _, records = load_run(run_dir)
+    by_id = {r.id: r for r in records}
+    with open(run_dir / "scores.jsonl", encoding="utf-8") as f:
+        scores = [json.loads(line) for line in f if line.strip()]
+    metrics = [k for k in (scores[0] if scores else {}) if k not in ("id", "complete")]
+    columns = ["query_id", "query", *metrics, "complete", "steps", "tool_calls", "wall_time"]
+    rows = []
+    for s in scores:
+        r = by_id[s["id"]]
+        rows.append([r.id, r.query, *(s[m] for m in metrics), s.get("complete", True),
+                     sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
+                     round(r.wall_time, 3)])
+    return columns, rows
+
+
+def log_queries(run, run_dir: str | Path) -> None:
+    """The per-query results of a scored run directory as the table ``queries``."""
+    if isinstance(run, _NoRun):
+        return
+    import wandb
+
+    columns, rows = query_rows(run_dir)
+    run.log({"queries": wandb.Table(columns=columns, data=rows)})
+
+
+def _typed(rows: list[list[str]]) -> list[list]:
+    """Cells of a column that are all numbers (or empty) as numbers, others as text (W&B wants one type per column)."""
+    def number(cell: str):
+        try:
+            return int(cell)
+        except ValueError:
+            return float(cell)
+
+    columns = list(zip(*rows))
+    for i, col in enumerate(columns):
+        try:
+            columns[i] = [number(c) if c.strip() else None for c in col]
+        except ValueError:
+            pass
+    return [list(r) for r in zip(*columns)]
+
+
+def _pipe_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """The pipe tables of a Markdown text: (header, rows) each."""
+    tables, block = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.strip().startswith("|"):
+            block.append([c.strip() for c in line.strip().strip("|").split("|")])
+            continue
+        if len(block) >= 2 and all(set(c) <= set(":- ") and "-" in c for c in block[1]):
+            tables.append((block[0], [(r + [""] * len(block[0]))[:len(block[0])] for r in block[2:]]))
+        block = []
+    return tables
+
+
+def log_files(run, tables: list[Path] = (), figures: list[Path] = ()) -> None:
+    """Log a report's files: a CSV as a table ``tables/<stem>_csv``; a Markdown file as ``markdown/<stem>`` (its
+    text) and each of its pipe tables as ``tables/<stem>_md`` (``…_md_2``, … after the first); a PNG figure as an
+    image ``figures/<stem>`` (without Pillow installed, as a file of the run). Does nothing with logging off."""
+    if isinstance(run, _NoRun):
+        return
+    import wandb
+
+    data = {}
+    for path in map(Path, tables):
+        if path.suffix.lower() == ".csv":
+            with open(path, newline="", encoding="utf-8") as f:
+                header, *rows = list(csv.reader(f)) or [[]]
+            data[f"tables/{path.stem}_csv"] = wandb.Table(columns=header, data=_typed(rows))
+            continue
+        text = path.read_text(encoding="utf-8")
+        data[f"markdown/{path.stem}"] = wandb.Html(f"<pre>{html.escape(text)}</pre>")
+        for i, (header, rows) in enumerate(_pipe_tables(text)):
+            data[f"tables/{path.stem}_md" + (f"_{i + 1}" if i else "")] = wandb.Table(columns=header, data=_typed(rows))
+    try:
+        import PIL  # noqa: F401  (wandb.Image reads image files with Pillow)
+    except ImportError:
+        for path in map(Path, figures):
+            run.save(str(path.resolve()), base_path=str(path.resolve().parent), policy="now")
+        figures = ()
+    for path in map(Path, figures):
+        data[f"figures/{path.stem}"] = wandb.Image(str(path))
+    if data:
+        run.log(data)

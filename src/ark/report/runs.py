@@ -22,6 +22,7 @@ class RunData:
     config: dict
     metrics: dict
     stats: dict
+    paths: tuple = ()  # Hydra overrides saying where this checkout keeps its data (paths.data=...)
     _records: list[QueryRecord] | None = field(default=None, repr=False)
 
     def get(self, key: str, default=None):
@@ -54,14 +55,15 @@ class RunData:
     def queries(self) -> list[dict]:
         """The run's queries with their gold answers, as the run read them (split, subset, limit)."""
         return _queries(self.config["dataset"]["name"], self.config["queries"]["name"], self.config["split"],
-                        self.config.get("subset_seed") or 0, self.config.get("eval.limit"))
+                        self.config.get("subset_seed") or 0, self.config.get("eval.limit"), self.paths)
 
     def candidates(self):
-        return _candidates(self.config["dataset"]["name"])
+        return _candidates(self.config["dataset"]["name"], self.paths)
 
 
-def load_runs(roots) -> list[RunData]:
-    """Every finished run (a ``metrics.json`` beside its ``config.yaml``) under the roots, in path order."""
+def load_runs(roots, paths: tuple = ()) -> list[RunData]:
+    """Every finished run (``metrics.json`` and ``scores.jsonl`` beside its ``config.yaml``) under the roots, in
+    path order; ``paths``: overrides such as ``("paths.data=/x/data",)`` for finding their queries and graphs."""
     runs = []
     for root in roots:
         for config_file in sorted(Path(root).glob("**/config.yaml")):
@@ -70,7 +72,7 @@ def load_runs(roots) -> list[RunData]:
                 continue  # a published copy or an unfinished run
             stats = d / "stats.json"
             runs.append(RunData(d, yaml.safe_load(config_file.read_text()), json.loads((d / "metrics.json").read_text()),
-                                json.loads(stats.read_text()) if stats.exists() else {}))
+                                json.loads(stats.read_text()) if stats.exists() else {}, tuple(paths)))
     return runs
 
 
@@ -78,12 +80,12 @@ def select(runs: list[RunData], **settings) -> list[RunData]:
     return [r for r in runs if r.matches(**settings)]
 
 
-def dataset_config(dataset: str, queries: str = "synthetic"):
+def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
     """The project's config for a stored dataset and query set name: where their files are on this machine."""
     from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = [f"dataset={dataset}", f"queries={queries}", "logger=none"]
+    overrides = [f"dataset={dataset}", f"queries={queries}", "logger=none", *paths]
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app (the report stage)
         return compose("config", overrides=overrides)
     from ark.cli import compose as compose_project
@@ -92,28 +94,28 @@ def dataset_config(dataset: str, queries: str = "synthetic"):
 
 
 @lru_cache(maxsize=4)
-def _graph(dataset: str):
+def _graph(dataset: str, paths: tuple = ()):
     from ark import build
 
-    return build.graph(dataset_config(dataset))
+    return build.graph(dataset_config(dataset, paths=paths))
 
 
 @lru_cache(maxsize=16)
-def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit) -> list[dict]:
+def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit, paths: tuple) -> list[dict]:
     from ark.data.queries import load_queries
 
-    cfg = dataset_config(dataset, queries)
+    cfg = dataset_config(dataset, queries, paths)
     rows = load_queries(cfg.dataset.queries_dir, split, subset_seed)
     return rows[:limit] if limit is not None else rows
 
 
 @lru_cache(maxsize=4)
-def _candidates(dataset: str):
+def _candidates(dataset: str, paths: tuple):
     from ark.eval.metrics import as_candidates
 
-    graph = _graph(dataset)
+    graph = _graph(dataset, paths)
     return as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
 
 
-def graph(dataset: str):
-    return _graph(dataset)
+def graph(dataset: str, paths: tuple = ()):
+    return _graph(dataset, tuple(paths))

@@ -267,12 +267,19 @@ def _share_success(part: list[dict], rows: list[dict]) -> tuple:
 # --------------------------------------------------------------------------------- data tables (Tables 6, 7)
 def table6(queries_root: Path, query_sets, subset_split: str) -> Table:
     from ark.data.queries import load_queries
+    from ark.errors import UserError
+
+    def count(q: str, split: str) -> int | None:
+        try:
+            return len(load_queries(Path(queries_root) / q, split))
+        except UserError:  # no such split file
+            return None
 
     splits = ("train", "val", "test", subset_split)
     t = Table("table6", "Table 6: queries per split on BioKG", ["query set", *splits])
     for q in query_sets:
         if (Path(queries_root) / q / "test.jsonl").exists():
-            t.add([q, *(len(load_queries(Path(queries_root) / q, s)) for s in splits)])
+            t.add([q, *(count(q, s) for s in splits)])
     return t
 
 

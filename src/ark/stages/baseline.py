@@ -17,7 +17,7 @@ from ark.runs.records import QueryRecord
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
-from ark.tracking import stage_run
+from ark.tracking import log_queries, log_summary, stage_run
 
 GROUPS = config_groups("baseline")  # config groups its results depend on
 
@@ -64,7 +64,8 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "baseline") as log:
         metrics = run(cfg)
-        log.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        log_summary(log, metrics)
+        log_queries(log, metrics["run_dir"])
     shown = " ".join(f"{k}={metrics[k]:.4f}" for k in cfg.metrics)
     print(f"baseline {cfg.dataset.name}/{cfg.queries.name}/{cfg.retriever.name} "
           f"({metrics['n_queries']} queries, {cfg.split}): {shown} -> {metrics['run_dir']}")

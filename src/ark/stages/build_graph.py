@@ -4,7 +4,7 @@ from omegaconf import DictConfig
 
 from ark.errors import UserError
 from ark.graph import Graph
-from ark.tracking import stage_run
+from ark.tracking import log_summary, stage_run
 from ark.stages import clear_errors
 
 GROUPS = ("dataset",)  # config groups its results depend on
@@ -42,7 +42,7 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "build_graph") as log:
         summary = run(cfg)
-        log.log({"num_nodes": summary["num_nodes"], "num_edges": summary["num_edges"]})
+        log_summary(log, summary)
     print(f"{cfg.dataset.name}: {summary['num_nodes']:,} nodes, {summary['num_edges']:,} edges")
     for t, n in summary["nodes_by_type"].items():
         print(f"  {t:<24} {n:>8,}")

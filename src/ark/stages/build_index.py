@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 from ark.graph import load_graph
 from ark.index import build_relevance, index_settings
 from ark.io import atomic_dir, write_json
-from ark.tracking import stage_run
+from ark.tracking import log_summary, stage_run
 from ark.stages import clear_errors
 
 GROUPS = ("retriever",)  # config groups its results depend on (the graph is a file dependency)
@@ -31,7 +31,7 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "build_index") as log:
         info = run(cfg)
-        log.log(info)
+        log_summary(log, info)
     print(info)
 
 

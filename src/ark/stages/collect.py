@@ -21,7 +21,7 @@ from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
 from ark.stages.evaluate import first_error, run_agents
-from ark.tracking import stage_run
+from ark.tracking import log_summary, stage_run
 
 GROUPS = config_groups("collect")  # config groups its results depend on
 
@@ -61,9 +61,9 @@ def run(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "collect") as log:
+    with stage_run(cfg, "collect", identity_cfg=collect_cfg(cfg)) as log:  # named like its run directory
         result = run(cfg)
-        log.log({k: v for k, v in result.items() if isinstance(v, (int, float))})
+        log_summary(log, result)
     c = cfg.collect
     temperature = c.temperature if c.temperature is not None else OmegaConf.select(cfg, "backbone.temperature")
     print(f"collect {cfg.dataset.name}/{cfg.queries.name}/{c.split}/{cfg.backbone.name} at temperature "

@@ -22,7 +22,7 @@ from ark.errors import UserError
 from ark.io import atomic_dir, write_json
 from ark.runs.store import load_run
 from ark.stages import clear_errors
-from ark.tracking import stage_run
+from ark.tracking import log_summary, stage_run
 
 PUBLISHED = ("report.json", "README.md", "curve.json")
 GROUPS = ("distill", "dataset", "ablation")  # config groups its results depend on (the teacher run is a file)
@@ -114,7 +114,7 @@ def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "distill") as log:
         result = run(cfg)
         log_curve(log, json.loads((Path(cfg.distill.out) / "curve.json").read_text()))
-        log.log({k: v for k, v in result.items() if isinstance(v, (int, float))})
+        log_summary(log, result)
     print(json.dumps(result))
 
 

@@ -23,7 +23,7 @@ from ark.eval.trajectories import run_statistics, timing_statistics
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
-from ark.tracking import stage_run
+from ark.tracking import log_queries, log_summary, stage_run
 
 GROUPS = config_groups("evaluate")  # config groups its results depend on
 
@@ -98,7 +98,8 @@ def first_error(records) -> str:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "evaluate") as log:
         result = run(cfg)
-        log.log({k: v for k, v in result.items() if isinstance(v, (int, float))})
+        log_summary(log, result)
+        log_queries(log, result["run_dir"])
     shown = " ".join(f"{k}={result[k]:.4f}" for k in cfg.metrics)
     print(f"evaluate {cfg.dataset.name}/{cfg.queries.name}/{cfg.split}/{cfg.backbone.name}/{cfg.ablation.name} "
           f"({result['n_queries']} queries scored, {result['n_incomplete']} incomplete): {shown} "

@@ -19,16 +19,17 @@ from ark.report.paper import stark_tables
 from ark.report.runs import graph, load_runs
 from ark.report.tables import biokg_tables
 from ark.stages import clear_errors
-from ark.tracking import stage_run
+from ark.tracking import log_files, log_summary, stage_run
 
 GROUPS = ()  # reads runs; no config group decides its result
 
 
 def run(cfg: DictConfig) -> dict:
     r = OmegaConf.to_container(cfg.report, resolve=True)
-    runs = load_runs(r["runs"])
+    paths = (f"paths.root={cfg.paths.root}", f"paths.data={cfg.paths.data}")  # where the runs' queries and graphs are
+    runs = load_runs(r["runs"], paths)
     tables_dir, figures_dir = Path(r["tables"]), Path(r["figures"])
-    graphs = {name: graph(name) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
+    graphs = {name: graph(name, paths) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
     tables = (biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
               if r["biokg"] else [])
     tables += stark_tables(runs, r["stark_ark"])
@@ -49,7 +50,9 @@ def run(cfg: DictConfig) -> dict:
 def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "report") as log:
         result = run(cfg)
-        log.log({"runs": result["runs"]})
+        log_summary(log, {"runs": result["runs"]})
+        log_files(log, sorted(Path(result["tables_dir"]).glob("*.csv")),
+                  sorted(Path(result["figures_dir"]).glob("*.png")))
     print(json.dumps(result, indent=1))
 
 

@@ -1,0 +1,84 @@
+"""``ark show``: a real evaluate run (rules backbone, 2 agents) on the tiny graph, read back as text."""
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ark.cli import main
+from ark.report.show import show
+from tests.conftest import compose_cfg
+
+GOLD = {"q1": {3}, "q2": {4, 0}, "q3": {2}}  # as the tiny_project fixture writes them
+NODE_ROW = re.compile(r" *(?:\d+ )?([✓ ]) \[(\d+)\]")  # ranking rows, observation lines, missed gold
+
+
+@pytest.fixture
+def published(tiny_project):
+    """(run directory, overrides) of an evaluate run published as results/evaluate/tiny."""
+    from ark.stages import build_index, evaluate
+
+    overrides = tiny_project + ["retriever.params.stemmer=null"]
+    build_index.run(compose_cfg(overrides))
+    cfg = compose_cfg(overrides + ["backbone=rules", "agent.n_agents=2", "eval.progress=false",
+                                   "run.root=${paths.results}/runs/evaluate/tiny",
+                                   "run.publish=${paths.results}/evaluate/tiny"])
+    return Path(evaluate.run(cfg)["run_dir"]), tiny_project
+
+
+def text_of(*args, **kwargs) -> str:
+    out = io.StringIO()
+    show(*args, out=out, **kwargs)
+    return out.getvalue()
+
+
+def test_a_query_marks_exactly_its_gold_nodes(published):
+    run_dir, overrides = published
+    text = text_of(str(run_dir), "q2", overrides=overrides)
+    assert "#1 q2" in text and "lens of the eye" in text and text.count("── agent ") == 2
+    assert "search_in_graph(" in text and "finish()" in text and "hit@1 " in text and "wall time" in text
+    marks = {}
+    for line in text.splitlines():
+        if m := NODE_ROW.match(line):
+            assert (m[1] == "✓") == (int(m[2]) in GOLD["q2"]), line
+            marks[int(m[2])] = m[1]
+    assert marks[4] == "✓" and marks[0] == "✓"  # both gold nodes shown: ranked or listed as missed
+    ranking = text.split("── fused ranking")[1]
+    assert re.search(r"^   1 ✓ \[4\]\s+effect/phenotype\s+Ectopia lentis$", ranking, re.M)
+    for line in text.splitlines():
+        if line.startswith("answer"):
+            assert {int(v) for v in re.findall(r"\[(\d+)\]✓", line)} <= GOLD["q2"]
+            assert "[4]✓" in line
+
+
+def test_listing_shows_every_query_with_its_hit(published):
+    run_dir, overrides = published
+    scores = {s["id"]: s for s in map(json.loads, (run_dir / "scores.jsonl").read_text().splitlines())}
+    rows = {}
+    for line in text_of(str(run_dir), overrides=overrides).splitlines():
+        if m := re.match(r" +(\d+)  (q\d) +(\S+) +(\S+) +(\S+)  (.+)$", line):
+            rows[m[2]] = m
+    assert sorted(rows) == ["q1", "q2", "q3"]
+    for qid, m in rows.items():
+        assert m[3] == f"{scores[qid]['hit@1']:.0f}" and len(m[4].split("/")) == 2  # steps of both agents
+    assert rows["q3"][6] == "zebra" and rows["q1"][1] == "0"
+
+
+def test_the_cli_finds_the_run_by_stage_entry_and_published_dir(published, capsys, tmp_path):
+    run_dir, overrides = published
+    assert main(["show", "evaluate@tiny", "1", *overrides]) == 0  # position 1 is q2
+    by_stage_entry = capsys.readouterr().out
+    assert f"run    {run_dir}" in by_stage_entry and "#1 q2" in by_stage_entry
+    assert main(["show", str(tmp_path / "results" / "evaluate" / "tiny"), *overrides, "--max-lines", "1"]) == 0
+    listing = capsys.readouterr().out
+    assert f"run    {run_dir}" in listing and "3 queries" in listing
+
+
+def test_an_unknown_query_or_run_is_one_line_and_exit_2(published, capsys):
+    run_dir, overrides = published
+    assert main(["show", str(run_dir), "q9", *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ark: no query 'q9'") and "0..2" in err and len(err.splitlines()) == 1
+    assert main(["show", "evaluate@missing", *overrides]) == 2
+    assert capsys.readouterr().err.startswith("ark: no run at evaluate@missing: no ")
