@@ -126,8 +126,9 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
         ax.set_xlabel("teacher trajectories")
         ax.set_ylabel(f"Hit@1 (x100), first {n} test queries")
         ax.set_title(q)
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=8)
+        ax.set_ylim(0, 100)
+        ax.set_xlim(0, 1.2 * max(xs))
+        ax.legend(fontsize=8, loc="lower right")
     fig.suptitle("Figure 4: distillation budget on BioKG")
     return [_save(fig, out / "figure4_distillation_budget.png")]
 
@@ -154,9 +155,11 @@ def figure5(runs, query_sets, ark, out: Path) -> list[Path]:
         rows = trajectory_rows(run)
         top = max(x["neighborhood_calls"] for x in rows)
         bins = np.arange(-0.5, top + 1.5)
-        for success, label, color in ((1.0, "successful (Hit@5)", "tab:green"), (0.0, "failed", "tab:red")):
-            values = [x["neighborhood_calls"] for x in rows if x["hit@5"] == success]
-            ax.hist(values, bins=bins, alpha=0.6, label=f"{label}: {len(values)}", color=color)
+        good = [x["neighborhood_calls"] for x in rows if x["hit@5"] == 1.0]
+        bad = [x["neighborhood_calls"] for x in rows if x["hit@5"] != 1.0]
+        ax.hist([good, bad], bins=bins, color=["tab:green", "tab:red"],
+                label=[f"successful (Hit@5): {len(good)}", f"failed: {len(bad)}"])
+        ax.set_xticks(range(top + 1))
         ax.set_xlabel("neighborhood calls per trajectory")
         ax.set_ylabel("trajectories")
         ax.set_title(q)
