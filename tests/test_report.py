@@ -133,3 +133,14 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     first = {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
     report.run(cfg)
     assert first == {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
+
+
+def test_the_readme_results_blocks_are_the_reports_tables(tmp_path):
+    from ark.report.readme import ROOT, main, sync
+
+    assert main(["--check"]) == 0  # README.md's blocks equal results/tables/*.md (python -m ark.report.readme)
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- results/tables/table1.md -->\nold numbers\n<!-- end -->\n")
+    assert sync(readme, ROOT, check=True) == ["results/tables/table1.md"]
+    sync(readme, ROOT)
+    assert "old numbers" not in readme.read_text() and sync(readme, ROOT, check=True) == []
