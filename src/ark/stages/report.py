@@ -33,7 +33,7 @@ def run(cfg: DictConfig) -> dict:
     tables = (biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
               if r["biokg"] else [])
     tables += stark_tables(runs, r["stark_ark"])
-    for d in (tables_dir, figures_dir):  # a table or figure no run supports any more must not linger
+    for d in (tables_dir, figures_dir) if r["biokg"] else (tables_dir,):  # nothing stale may linger
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     for t in tables:
