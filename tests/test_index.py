@@ -65,3 +65,16 @@ def test_a_bm25_index_is_byte_identical_across_processes(tmp_path):
                        env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)})
         digests.append(hash_paths([out])[str(out)])
     assert digests[0] == digests[1]
+
+
+def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
+    """`bf16: auto` never reaches an index's settings or a run's identity: they record what the embeddings were
+    computed in, so an index built on an AMX machine is not taken for one built in float32 elsewhere."""
+    import ark.llm.weights as weights
+    from ark.index import index_settings
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(["retriever=dense"])
+    for native in (True, False):
+        monkeypatch.setattr(weights, "cpu_has_bf16", lambda native=native: native)
+        assert index_settings(cfg.retriever)["params"] == {"bf16": native}

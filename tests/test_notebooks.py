@@ -15,3 +15,5 @@ def test_the_notebook_runs_without_error(path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("text/markdown" in o.get("data", {}) or "text/html" in o.get("data", {}) for o in outputs)
+    if path.stem != "0_all_runs":  # a section's notebook shows its figures inline
+        assert any("image/png" in o.get("data", {}) for o in outputs)

@@ -41,6 +41,7 @@ def test_the_backbone_table_finds_its_runs_by_config(tmp_path):
     write_run(runs, "g", run_config({**local, "local": {"constrained": True, "adapter": "data/students/s1"}}), 0.1, 0.0)
     write_run(runs, "e", run_config(local, T_max=20), 0.5)  # another experiment: not in the table
     write_run(runs, "f", run_config(local, n_agents=3), 0.5)  # neither
+    write_run(runs, "h", run_config({"kind": "rules", "name": "rules_sampled"}, limit=None), 0.5)  # a sweep cell
     (tmp_path / "distill" / "s1").mkdir(parents=True)
     (tmp_path / "distill" / "s1" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
     t = table5(load_runs([runs]), tmp_path / "distill")

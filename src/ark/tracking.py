@@ -22,7 +22,6 @@ What a stage's W&B run carries:
 from __future__ import annotations
 
 import csv
-import html
 import os
 import re
 from contextlib import contextmanager
@@ -160,20 +159,16 @@ def log_summary(run, result: dict) -> None:
 def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
     """(columns, one row per query) of a scored run directory: query id and text, each metric of
     ``scores.jsonl``, whether it completed, agent steps and tool calls (summed over its agents), wall time (s)."""
-    import json
+    from ark.runs.store import load_run, read_scores
 
-    from ark.runs.store import load_run
-
-    run_dir = Path(run_dir)
     _, records = load_run(run_dir)
-    by_id = {r.id: r for r in records}
-    with open(run_dir / "scores.jsonl", encoding="utf-8") as f:
-        scores = [json.loads(line) for line in f if line.strip()]
-    metrics = [k for k in (scores[0] if scores else {}) if k not in ("id", "complete")]
+    scores = read_scores(run_dir)
+    first = next(iter(scores.values()), {})
+    metrics = [k for k in first if k != "complete"]
     columns = ["query_id", "query", *metrics, "complete", "steps", "tool_calls", "wall_time"]
     rows = []
-    for s in scores:
-        r = by_id[s["id"]]
+    for r in records:
+        s = scores[r.id]
         rows.append([r.id, r.query, *(s[m] for m in metrics), s.get("complete", True),
                      sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
                      round(r.wall_time, 3)])
@@ -207,44 +202,18 @@ def _typed(rows: list[list[str]]) -> list[list]:
     return [list(r) for r in zip(*columns)]
 
 
-def _pipe_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """The pipe tables of a Markdown text: (header, rows) each."""
-    tables, block = [], []
-    for line in [*text.splitlines(), ""]:
-        if line.strip().startswith("|"):
-            block.append([c.strip() for c in line.strip().strip("|").split("|")])
-            continue
-        if len(block) >= 2 and all(set(c) <= set(":- ") and "-" in c for c in block[1]):
-            tables.append((block[0], [(r + [""] * len(block[0]))[:len(block[0])] for r in block[2:]]))
-        block = []
-    return tables
-
-
 def log_files(run, tables: list[Path] = (), figures: list[Path] = ()) -> None:
-    """Log a report's files: a CSV as a table ``tables/<stem>_csv``; a Markdown file as ``markdown/<stem>`` (its
-    text) and each of its pipe tables as ``tables/<stem>_md`` (``…_md_2``, … after the first); a PNG figure as an
-    image ``figures/<stem>`` (without Pillow installed, as a file of the run). Does nothing with logging off."""
+    """Log a report's files: each CSV table as ``tables/<stem>``, each PNG figure as the image ``figures/<stem>``.
+    Does nothing with logging off."""
     if isinstance(run, _NoRun):
         return
     import wandb
 
     data = {}
     for path in map(Path, tables):
-        if path.suffix.lower() == ".csv":
-            with open(path, newline="", encoding="utf-8") as f:
-                header, *rows = list(csv.reader(f)) or [[]]
-            data[f"tables/{path.stem}_csv"] = wandb.Table(columns=header, data=_typed(rows))
-            continue
-        text = path.read_text(encoding="utf-8")
-        data[f"markdown/{path.stem}"] = wandb.Html(f"<pre>{html.escape(text)}</pre>")
-        for i, (header, rows) in enumerate(_pipe_tables(text)):
-            data[f"tables/{path.stem}_md" + (f"_{i + 1}" if i else "")] = wandb.Table(columns=header, data=_typed(rows))
-    try:
-        import PIL  # noqa: F401  (wandb.Image reads image files with Pillow)
-    except ImportError:
-        for path in map(Path, figures):
-            run.save(str(path.resolve()), base_path=str(path.resolve().parent), policy="now")
-        figures = ()
+        with open(path, newline="", encoding="utf-8") as f:
+            header, *rows = list(csv.reader(f)) or [[]]
+        data[f"tables/{path.stem}"] = wandb.Table(columns=header, data=_typed(rows))
     for path in map(Path, figures):
         data[f"figures/{path.stem}"] = wandb.Image(str(path))
     if data:

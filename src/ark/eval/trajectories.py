@@ -5,6 +5,7 @@ from collections import Counter
 
 import numpy as np
 
+from ark.llm.protocol import observation_text, parse_text_calls
 from ark.runs.records import QueryRecord
 
 
@@ -50,4 +51,20 @@ def timing_statistics(records: list[QueryRecord]) -> dict:
         out["agent_tool_time_p50_s"] = float(np.median([sum(a.tool_time) for a in agents]))
     out = {k: round(v, 4) for k, v in out.items()}
     out["replayed_queries"] = sum(any(a.replayed_steps for a in r.agents) for r in records)
+    return out
+
+
+def steps(messages: list[dict]) -> list[tuple[dict, list[dict], list[str]]]:
+    """(reply, its tool calls, the observations that answered it) per step of an agent's message list; calls are
+    native or, in the text protocol, parsed from the reply's text."""
+    out = []
+    for m in messages[2:]:  # after the system prompt and the question
+        if m["role"] == "assistant":
+            out.append((m, m.get("tool_calls") or parse_text_calls(m.get("content")), []))
+        elif out:
+            reply, calls, observations = out[-1]
+            text = m.get("content") or ""
+            if m["role"] == "user" and len(observations) < len(calls):  # text protocol: drop its prefix
+                text = text.removeprefix(observation_text(calls[len(observations)]["function"]["name"], ""))
+            observations.append(text)
     return out

@@ -28,6 +28,10 @@ def index_settings(retriever_cfg) -> dict:
     from omegaconf import OmegaConf
 
     params = OmegaConf.to_container(retriever_cfg.params, resolve=True) if retriever_cfg.get("params") else {}
+    if "bf16" in params:  # "auto" resolved for this machine: an index computed in bf16 is another index
+        from ark.index.dense import resolve_bf16
+
+        params["bf16"] = resolve_bf16(params["bf16"])
     return {"name": retriever_cfg.name, "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
 
 

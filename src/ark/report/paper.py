@@ -10,8 +10,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ark.report.runs import RunData, select
-from ark.report.tables import Table, ark_runs
+from ark.report.runs import RunData
+from ark.report.tables import Table, ark_runs, baseline_runs
 
 PAPER_NUMBERS = Path(__file__).with_name("paper_numbers.csv")
 DATASETS = {"AMAZON": "stark_amazon", "MAG": "stark_mag", "PRIME": "stark_prime"}
@@ -33,8 +33,7 @@ def our_runs(runs: list[RunData], table: str, row: str, dataset: str, ark: dict)
     """The runs behind one paper row on one STaRK dataset, recognised by their stored configs."""
     on = dict(dataset__name=dataset)
     if row == "BM25":
-        return [r for r in select(runs, stage="baseline", split="test", retriever__name="bm25", **on)
-                if r.get("eval.limit") is None]
+        return baseline_runs(runs, "bm25", dataset)
     if table == "table1" and row == "ARK":
         return ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", **on)
     if table == "table1" and row == "ARK + GPT-4o":

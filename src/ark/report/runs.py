@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from ark.runs.records import QueryRecord
+from ark.runs.store import load_run, read_scores
 
 
 @dataclass
@@ -43,19 +44,15 @@ class RunData:
     @property
     def records(self) -> list[QueryRecord]:
         if self._records is None:
-            with open(self.dir / "records.jsonl", encoding="utf-8") as f:
-                self._records = [QueryRecord.from_dict(json.loads(line)) for line in f if line.strip()]
+            self._records = load_run(self.dir)[1]
         return self._records
 
     @property
-    def scores(self) -> list[dict]:
-        with open(self.dir / "scores.jsonl", encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+    def scores(self) -> dict[str, dict]:
+        return read_scores(self.dir)
 
     def queries(self) -> list[dict]:
-        """The run's queries with their gold answers, as the run read them (split, subset, limit)."""
-        return _queries(self.config["dataset"]["name"], self.config["queries"]["name"], self.config["split"],
-                        self.config.get("subset_seed") or 0, self.config.get("eval.limit"), self.paths)
+        return run_queries(self.config, self.paths)
 
     def candidates(self):
         return _candidates(self.config["dataset"]["name"], self.paths)
@@ -119,3 +116,15 @@ def _candidates(dataset: str, paths: tuple):
 
 def graph(dataset: str, paths: tuple = ()):
     return _graph(dataset, tuple(paths))
+
+
+def run_graph(config: dict, paths: tuple = ()):
+    """The graph a run's stored config names."""
+    return graph(config["dataset"]["name"], paths)
+
+
+def run_queries(config: dict, paths: tuple = (), limit: bool = True) -> list[dict]:
+    """The queries with their gold answers that a run's stored config names, as it read them (split, subset and,
+    with ``limit``, its ``eval.limit``); ``paths``: overrides saying where this checkout keeps its data."""
+    return _queries(config["dataset"]["name"], config["queries"]["name"], config["split"],
+                    config.get("subset_seed") or 0, config.get("eval.limit") if limit else None, tuple(paths))

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from ark import build
 from ark.cli import compose
-from ark.data.queries import load_queries
 from ark.errors import UserError
-from ark.llm.protocol import observation_text, parse_text_calls
+from ark.eval.trajectories import steps
+from ark.report.runs import run_graph, run_queries
 from ark.runs.identity import run_name
 from ark.runs.records import QueryRecord, Trajectory
-from ark.runs.store import load_run
+from ark.runs.store import load_run, read_scores
 
 # longer lines are cut (observation lines run to ~300 characters); wrapped lines would break the columns
 WIDTH = max(100, shutil.get_terminal_size((160, 24)).columns)
@@ -43,10 +42,9 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
         print(list_queries(run, run_dir, config, records, scores), file=out)
         return
     position, record = pick(records, query, run)
-    cfg = compose([*overrides, f"dataset={config['dataset']['name']}", f"queries={config['queries']['name']}"])
-    graph = build.graph(cfg)
-    rows = load_queries(cfg.dataset.queries_dir, config["split"], config.get("subset_seed") or 0)
-    gold = next((set(q["answer_ids"]) for q in rows if q["id"] == record.id), None)
+    graph = run_graph(config, tuple(overrides))
+    gold = next((set(q["answer_ids"]) for q in run_queries(config, tuple(overrides), limit=False)
+                 if q["id"] == record.id), None)
     print(query_text(run_dir, config, position, record, scores.get(record.id), gold, graph, max_lines), file=out)
 
 
@@ -61,22 +59,18 @@ def find_run(spec: str, results: Path) -> Path:
             raise UserError(f"no run at {spec}: no {path} (run from the project root or set paths.results)")
     if (path / "records.jsonl").exists():
         return path
-    if (path / "config.yaml").exists():  # a published entry: its run is the one its stored config identifies
-        run_dir = path.parent.parent / "runs" / path.parent.name / path.name / run_name(
-            yaml.safe_load((path / "config.yaml").read_text()))
+    if (path / "config.yaml").exists():  # a published entry results/<...>/<stage>/<entry>: its run is the one its
+        # stored config identifies, under results/runs/<...>/<stage>/<entry>/
+        name = run_name(yaml.safe_load((path / "config.yaml").read_text()))
+        try:
+            run_dir = results / "runs" / path.resolve().relative_to(results.resolve()) / name
+        except ValueError:  # published outside the results root
+            run_dir = path.parent.parent / "runs" / path.parent.name / path.name / name
         if (run_dir / "records.jsonl").exists():
             return run_dir
         raise UserError(f"{spec}: its run directory {run_dir} has no records.jsonl (rerun the stage to get it)")
     raise UserError(f"no run at {spec}: expected a run directory (with records.jsonl), a published entry "
                     f"results/<stage>/<entry>/ or <stage>@<entry>")
-
-
-def read_scores(run_dir: Path) -> dict[str, dict]:
-    path = run_dir / "scores.jsonl"
-    if not path.exists():  # a label-free collect run
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r.pop("id"): r for r in rows}
 
 
 def pick(records: list[QueryRecord], query: str, run: str) -> tuple[int, QueryRecord]:
@@ -163,21 +157,6 @@ def agent_text(agent: Trajectory, t_max: int, gold: set[int], max_lines: int) ->
     answer = " ".join(f"[{v}]{GOLD if v in gold else ''}" for v in agent.answer) or "(empty)"
     lines += textwrap.wrap(answer, WIDTH - 8, initial_indent="answer  ", subsequent_indent=" " * 8)
     return lines
-
-
-def steps(messages: list[dict]) -> list[tuple[dict, list[dict], list[str]]]:
-    """(reply, its tool calls, the observations that answered it) per step of an agent's message list."""
-    out = []
-    for m in messages[2:]:  # after the system prompt and the question
-        if m["role"] == "assistant":
-            out.append((m, m.get("tool_calls") or parse_text_calls(m.get("content")), []))
-        elif out:
-            reply, calls, observations = out[-1]
-            text = m.get("content") or ""
-            if m["role"] == "user" and len(observations) < len(calls):  # text protocol: drop its prefix
-                text = text.removeprefix(observation_text(calls[len(observations)]["function"]["name"], ""))
-            observations.append(text)
-    return out
 
 
 def call_text(call: dict) -> str:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from ark.agent.aggregate import aggregate
 from ark.eval.metrics import score_query
+from ark.eval.score import score_records
+from ark.eval.trajectories import steps
 from ark.report.runs import RunData, select
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -31,11 +33,16 @@ class Table:
     rows: list[list] = field(default_factory=list)  # cells: numbers (already x100 where metrics) or text
     note: str = ""
     runs: dict[str, list[str]] = field(default_factory=dict)  # row label -> run directories behind it
+    labels: list[str] = field(default_factory=list)  # one per row: its first cell unless given
 
-    def add(self, cells: list, runs: list[RunData] = ()) -> None:
+    def add(self, cells: list, runs: list[RunData] = (), label: str | None = None) -> None:
+        label = str(cells[0]) if label is None else label
+        if label in self.labels:
+            raise ValueError(f"{self.name}: two rows labelled {label!r}")
         self.rows.append(cells)
+        self.labels.append(label)
         if runs:
-            self.runs[str(cells[0])] = [str(r.dir) for r in runs]
+            self.runs[label] = [str(r.dir) for r in runs]
 
     def markdown(self) -> str:
         lines = [f"**{self.title}**", "", "| " + " | ".join(self.columns) + " |",
@@ -57,8 +64,8 @@ class Table:
 
     def numbers(self) -> dict:
         """{row label: {column: value}} of the numeric cells (the DVC metrics of the report)."""
-        return {str(row[0]): {c: v for c, v in zip(self.columns[1:], row[1:]) if isinstance(v, (int, float))}
-                for row in self.rows}
+        return {label: {c: v for c, v in zip(self.columns, row) if isinstance(v, (int, float))}
+                for label, row in zip(self.labels, self.rows)}
 
 
 def _cell(value) -> str:
@@ -108,8 +115,9 @@ def ark_runs(runs, ark: dict, split: str = "test", **more) -> list[RunData]:
     return [r for r in select(runs, **settings) if r.get("eval.limit") is None]
 
 
-def baseline_runs(runs, retriever: str, split: str = "test") -> list[RunData]:
-    return [r for r in select(runs, stage="baseline", split=split, retriever__name=retriever)
+def baseline_runs(runs, retriever: str, dataset: str, split: str = "test") -> list[RunData]:
+    """One global search per query over the whole split."""
+    return [r for r in select(runs, stage="baseline", split=split, retriever__name=retriever, dataset__name=dataset)
             if r.get("eval.limit") is None]
 
 
@@ -120,14 +128,14 @@ def table1(runs, query_sets, ark) -> Table:
               note=f"ARK here is the scripted rules policy sampled at its temperature "
                    f"({ark['backbone']}, {ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language "
                    "model. The STaRK version of this table is stark_table1.md.")
-    for label, found in (("BM25", baseline_runs(runs, "bm25")), ("dense (MiniLM-L6)", baseline_runs(runs, "dense")),
-                         ("rules policy, deterministic, 1 agent",
-                          [r for r in select(runs, stage="evaluate", split="test", backbone__name="rules",
-                                             agent__n_agents=1, ablation__name="none", retriever__name="bm25")
-                           if r.get("eval.limit") is None and r.config["dataset"]["name"] == "biokg"]),
+    rules = [r for r in select(runs, stage="evaluate", split="test", backbone__name="rules", agent__n_agents=1,
+                               ablation__name="none", retriever__name="bm25", dataset__name="biokg")
+             if r.get("eval.limit") is None]
+    for label, found in (("BM25", baseline_runs(runs, "bm25", "biokg")),
+                         ("dense (MiniLM-L6)", baseline_runs(runs, "dense", "biokg")),
+                         ("rules policy, deterministic, 1 agent", rules),
                          (f"ARK ({ark['backbone']})", ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
                                                                dataset__name="biokg"))):
-        found = [r for r in found if r.config["dataset"]["name"] == "biokg"]
         per_set = by_queries(found, query_sets)
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics, average=True), list(per_set.values()))
@@ -153,11 +161,9 @@ def table2(runs, query_sets, ark, split) -> Table:
 def fused_scores(run: RunData, method: str) -> dict:
     """Mean metrics of a run re-fused from its stored per-agent answer lists with another aggregation."""
     gold = {q["id"]: q["answer_ids"] for q in run.queries()}
-    candidates = run.candidates()
     seed = run.config.get("seed", 0)
-    rows = [score_query(aggregate([a.answer for a in r.agents], method, seed=seed), gold[r.id], METRICS, candidates)
-            for r in run.records if r.complete]
-    return {m: float(np.mean([row[m] for row in rows])) for m in METRICS}
+    fused = [replace(r, ranking=aggregate([a.answer for a in r.agents], method, seed=seed)) for r in run.records]
+    return score_records(fused, gold, list(METRICS), run.candidates())[1]
 
 
 def table3(runs, query_sets, ark) -> Table:
@@ -216,14 +222,11 @@ def trajectory_rows(run: RunData) -> list[dict]:
     rows = []
     for r in run.records:
         for a in r.agents:
-            calls = [tc["function"]["name"] for m in a.messages if m.get("role") == "assistant"
-                     for tc in (m.get("tool_calls") or [])]
-            steps = [[tc["function"]["name"] for tc in (m.get("tool_calls") or [])]
-                     for m in a.messages if m.get("role") == "assistant"]
+            step_calls = [[c["function"]["name"] for c in calls] for _, calls, _ in steps(a.messages)]
             rows.append({"query": r.id, "template": meta[r.id].get("template", "all"),
-                         "neighborhood_calls": calls.count("search_in_neighborhood"),
-                         "global_calls": calls.count("search_in_graph"),
-                         "reanchored": any("search_in_graph" in s for s in steps[1:]),
+                         "neighborhood_calls": a.tool_calls.get("search_in_neighborhood", 0),
+                         "global_calls": a.tool_calls.get("search_in_graph", 0),
+                         "reanchored": any("search_in_graph" in names for names in step_calls[1:]),
                          "hit@5": score_query(a.answer, gold[r.id], ["hit@5"], candidates)["hit@5"]})
     return rows
 
@@ -299,6 +302,12 @@ def table7(graphs: dict) -> Table:
 
 
 # ------------------------------------------------------------------------ backbones and distillation (Table 5)
+def train_samples(config: dict, distill_dir: Path) -> int | None:
+    """How many teacher trajectories the student a run evaluates was trained on (its distill report), if known."""
+    report = Path(distill_dir) / Path(config["backbone"]["local"]["adapter"]).name / "report.json"
+    return json.loads(report.read_text())["report"]["train_samples"] if report.exists() else None
+
+
 def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
     """(row order, label) of an evaluation run in the backbone table."""
     b = config["backbone"]
@@ -311,17 +320,14 @@ def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
     if not local.get("adapter"):
         return (2, "SmolLM2-135M base, grammar-constrained") if local.get("constrained") else \
                (3, "SmolLM2-135M base, free decoding")
-    report = Path(distill_dir) / Path(local["adapter"]).name / "report.json"
-    size = ""
-    if report.exists():
-        r = json.loads(report.read_text())["report"]
-        size = f", {r['train_samples']} trajectories"
+    samples = train_samples(config, distill_dir)
+    size = "" if samples is None else f", {samples} trajectories"
     decoding = "grammar-constrained (a diagnostic)" if local.get("constrained") else "free decoding"
     return (5 if local.get("constrained") else 4), f"student: LoRA on SmolLM2{size}, {decoding}"
 
 
 def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:
-    """Every evaluate run on the test split with one agent and ``t_max`` steps, and BM25 on the first
+    """Every evaluate run on the first test queries with one agent and ``t_max`` steps, and BM25 on the first
     ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the teacher's where both ran
     on the same number of (first) queries."""
     rows = []
@@ -329,14 +335,14 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, ba
         c = run.config
         if c["stage"] == "baseline" and c.get("eval.limit") == baseline_limit and c["split"] == "test":
             rows.append({"order": 0, "method": f"BM25, one global search ({c['retriever']['name']})",
-                         "queries": c["queries"]["name"], "run": str(run.dir), **run.metrics,
+                         "queries": c["queries"]["name"], "run_data": run, **run.metrics,
                          "invalid_call_rate": None})
         elif c["stage"] == "evaluate" and c["split"] == "test" and c["agent"]["n_agents"] == 1 \
-                and c["agent"]["T_max"] == t_max:
+                and c["agent"]["T_max"] == t_max and c.get("eval.limit") is not None:  # on the first test queries
             labelled = method(c, distill_dir)
             if labelled:
                 rows.append({"order": labelled[0], "method": labelled[1], "queries": c["queries"]["name"],
-                             "run": str(run.dir), **run.metrics,
+                             "run_data": run, **run.metrics,
                              "invalid_call_rate": run.stats.get("invalid_call_rate")})
     rows.sort(key=lambda r: (r["queries"], r["order"], r["method"], r["n_queries"]))
     teacher = {(r["queries"], r["n_queries"]): r["hit@1"] for r in rows if r["order"] == 1}  # on the same queries
@@ -355,9 +361,9 @@ def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) ->
                    "first n queries.")
     for r in distillation_rows(runs, distill_dir, t_max, baseline_limit):
         share = r.get("teacher_hit1_share")
-        t.rows.append([r["queries"], r["method"], r["n_queries"], *[pct(r[m]) for m in METRICS],
-                       pct(r["invalid_call_rate"]), None if share is None else round(100 * share)])
-        t.runs[f"{r['queries']} / {r['method']} / n={r['n_queries']}"] = [r["run"]]
+        t.add([r["queries"], r["method"], r["n_queries"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
+               None if share is None else round(100 * share)], [r["run_data"]],
+              label=f"{r['queries']} / {r['method']} / n={r['n_queries']}")
     return t
 
 

@@ -143,3 +143,14 @@ def load_run(directory: str | Path) -> tuple[dict, list[QueryRecord]]:
     config = yaml.safe_load((directory / "config.yaml").read_text())
     with open(directory / "records.jsonl", encoding="utf-8") as f:
         return config, [QueryRecord.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def read_scores(directory: str | Path) -> dict[str, dict]:
+    """Per-query scores of a run directory, ``{query id: {metric: value, complete: bool}}`` in file order; empty for
+    a run without scores (a label-free collect run)."""
+    path = Path(directory) / "scores.jsonl"
+    if not path.exists():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {r.pop("id"): r for r in rows}

@@ -29,9 +29,10 @@ def run(cfg: DictConfig) -> dict:
     paths = (f"paths.root={cfg.paths.root}", f"paths.data={cfg.paths.data}")  # where the runs' queries and graphs are
     runs = load_runs(r["runs"], paths)
     tables_dir, figures_dir = Path(r["tables"]), Path(r["figures"])
-    graphs = {name: graph(name, paths) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
-    tables = (biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
-              if r["biokg"] else [])
+    tables = []
+    if r["biokg"]:
+        graphs = {name: graph(name, paths) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
+        tables = biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
     tables += stark_tables(runs, r["stark_ark"])
     for d in (tables_dir, figures_dir) if r["biokg"] else (tables_dir,):  # nothing stale may linger
         shutil.rmtree(d, ignore_errors=True)
@@ -40,7 +41,8 @@ def run(cfg: DictConfig) -> dict:
         (tables_dir / f"{t.name}.md").write_text(t.markdown())
         (tables_dir / f"{t.name}.csv").write_text(t.csv())
     figures = biokg_figures(runs, r, Path(r["distill"]), figures_dir) if r["biokg"] else []
-    write_json(Path(r["metrics"]), {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")})
+    if r["biokg"]:
+        write_json(Path(r["metrics"]), {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")})
     return {"runs": len(runs), "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
 
