@@ -99,3 +99,31 @@ def test_ablations_change_the_tool_set(graph, index):
     no_f = tools(graph, index, type_filters=False)
     err = no_f.call("search_in_neighborhood", {"node_index": 0, "node_type": "disease"}, AnswerState()).error
     assert "unexpected parameter(s) node_type" in err
+
+
+def test_runaway_text_is_cut_or_refused_before_it_reaches_an_observation(index):
+    """A 1 MB node name and a 300k-character argument never make a large observation."""
+    g = tiny_graph()
+    g.name = g.name.copy()
+    g.name[0] = "Marfan " + "x" * 1_000_000  # untrusted graph text
+    tb = Toolbox(g, index)
+    state = AnswerState()
+    for name, args in (("search_in_graph", {"query": "connective tissue disease"}),
+                       ("search_in_neighborhood", {"node_index": 3}),
+                       ("add_to_answer", {"answer_nodes": [{"node_index": 0}]})):
+        obs = tb.call(name, args, state)
+        assert obs.error is None and 0 in obs.nodes and len(obs.text) < 5_000, name
+        assert "Marfan xxx" in obs.text and "x" * (tb.config.name_chars + 1) not in obs.text
+    huge = tb.call("search_in_graph", {"query": "q" * 300_000}, state)
+    assert huge.error and "300,000 characters" in huge.text and len(huge.text) < 300
+    reasoning = tb.call("add_to_answer", {"answer_nodes": [{"node_index": 1, "reasoning": "r" * 10_000}]}, state)
+    assert reasoning.error and 1 not in state.answer
+
+
+def test_an_observation_over_its_cap_is_cut_and_says_so(graph, index):
+    tb = tools(graph, index, observation_chars=200)
+    obs = tb.call("search_in_neighborhood", {"node_index": 5}, AnswerState())
+    full = tools(graph, index).call("search_in_neighborhood", {"node_index": 5}, AnswerState())
+    assert obs.text.startswith(full.text[:200]) and len(full.text) > 200
+    assert obs.text.endswith(f"(observation cut at 200 of {len(full.text):,} characters)")
+    assert obs.nodes == full.nodes  # what was shown is still recorded

@@ -26,6 +26,11 @@ class ToolConfig:
     global_k_max: int = 30
     neighbor_k: int = 20
     snippet_chars: int = 160
+    # size caps on untrusted text (a model's arguments, node text from the graph): far above anything a real call or
+    # BioKG/STaRK node needs, so only runaway input is cut or refused
+    argument_chars: int = 4000  # a string argument (longest seen: a 1,199-character phenopacket case as a query)
+    name_chars: int = 300  # a node name in an observation (longest in BioKG: 187)
+    observation_chars: int = 16000  # one observation (longest seen: 6,183)
 
     @classmethod
     def from_cfg(cls, ablation, agent=None) -> "ToolConfig":
@@ -127,7 +132,11 @@ class Toolbox:
             missing = [p for p in required if args.get(p) is None]
             if missing:
                 raise ToolError(f"{name} is missing required parameter(s) {', '.join(missing)}")
-            return getattr(self, name)(state=state, **args)
+            longest = max(_string_lengths(args), default=0)
+            if longest > self.config.argument_chars:
+                raise ToolError(f"a string argument of {name} has {longest:,} characters; at most "
+                                f"{self.config.argument_chars:,} are accepted")
+            return self._capped(getattr(self, name)(state=state, **args))
         except ToolError as e:
             return Observation(text=f"Error: {e}", error=str(e))
         except Exception as e:  # a failing tool must not end the run: the agent sees it, the record counts it
@@ -216,6 +225,16 @@ class Toolbox:
         return Observation(text=f"Finished with {n} node(s) in the answer.")
 
     # ------------------------------------------------------------------ helpers
+    def _capped(self, obs: Observation) -> Observation:
+        n = self.config.observation_chars
+        if len(obs.text) > n:
+            obs.text = obs.text[:n] + f"\n... (observation cut at {n:,} of {len(obs.text):,} characters)"
+        return obs
+
+    def _name(self, v: int) -> str:
+        name, n = str(self.graph.name[v]), self.config.name_chars
+        return name if len(name) <= n else name[: n - 3] + "..."
+
     def _node(self, v) -> int:
         try:
             return self.graph.check_node(_as_int(v, "node_index"))
@@ -235,10 +254,10 @@ class Toolbox:
             raise ToolError(str(e)) from None
 
     def _label(self, v: int) -> str:
-        return f"[{v}] {self.graph.type_name(v)} \"{self.graph.name[v]}\""
+        return f"[{v}] {self.graph.type_name(v)} \"{self._name(v)}\""
 
     def _line(self, v: int, score: float | None, links: str = "") -> str:
-        parts = [f"[{v}] {self.graph.type_name(v)} | {self.graph.name[v]}"]
+        parts = [f"[{v}] {self.graph.type_name(v)} | {self._name(v)}"]
         if score is not None:
             parts.append(f"score {score:.2f}")
         if links:
@@ -277,6 +296,19 @@ def _parse_arguments(arguments) -> dict:
     if not isinstance(arguments, dict):
         raise ToolError(f"arguments must be a JSON object, got {type(arguments).__name__}")
     return arguments
+
+
+def _string_lengths(value):
+    """Lengths of every string in a parsed argument structure (dict keys and values, list items)."""
+    if isinstance(value, str):
+        yield len(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _string_lengths(k)
+            yield from _string_lengths(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _string_lengths(v)
 
 
 def _as_int(value, name: str) -> int:
