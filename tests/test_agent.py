@@ -354,3 +354,23 @@ def test_rules_answer_with_the_global_hits_at_the_last_step_of_their_budget():
     full = calls(3)
     assert "search_in_neighborhood" in full and full[-2:] == ["add_to_answer", "finish"]
     assert calls(20) == full == [name for name, _ in rules_calls(RulesPolicy(tb, RULE_WORDS), tb, HUB_QUESTION, 0)]
+
+
+def test_a_runaway_reply_is_cut_before_it_is_stored_or_sent_back():
+    tb = toolbox()
+    huge = "x" * 300_000
+
+    class Runaway:
+        async def act(self, messages, observations):
+            from ark.llm.result import LLMResult
+
+            assert all(len(m.get("content") or "") < 20_000 for m in messages)  # never sent back whole
+            return LLMResult({"role": "assistant", "content": huge, "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "search_in_graph",
+                                                              "arguments": json.dumps({"query": huge})}}]})
+
+    traj = asyncio.run(run_agent(Runaway(), tb, "q", T_max=2, agent=0))
+    replies = [m for m in traj.messages if m["role"] == "assistant"]
+    assert len(replies) == 2 and all(len(m["content"]) < 17_000 for m in replies)
+    assert replies[0]["content"].endswith("(reply cut at 16,000 of 300,000 characters)")
+    assert traj.invalid_calls == 2  # the cut arguments are no valid JSON: an error observation, the run goes on

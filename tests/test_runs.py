@@ -272,3 +272,49 @@ def test_a_leave_publication_out_graph_refuses_queries_from_another_source(tmp_p
     with pytest.raises(UserError, match="no query file"):  # the same source passes the check
         build.queries(compose_cfg(["queries=phenopackets", f"queries.source={left_out}",
                                    f"paths.data={tmp_path}"]), graph)
+
+
+# ------------------------------------------------------------------ damage and concurrency
+def test_resume_drops_only_a_last_line_cut_inside_a_utf8_character(tiny_rules, capsys):
+    from ark.stages import evaluate
+
+    write_split(tiny_rules, "test", [{"id": "q1", "query": "slender fingers", "answer_ids": [3]},
+                                     {"id": "q2", "query": "lens of the eye", "answer_ids": [4]},
+                                     {"id": "q3", "query": "café au lait lens", "answer_ids": [4]}])
+    cfg = rules_cfg(tiny_rules)
+    first = evaluate.run(cfg)
+    path = Path(first["run_dir"]) / "records.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    last = lines[2]
+    cut = last.index("é".encode()) + 1  # inside the two bytes of 'é'
+    path.write_bytes(b"".join(lines[:2]) + last[:cut])
+    capsys.readouterr()
+    again = evaluate.run(cfg)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "dropped its incomplete last line" in err[0], err
+    assert path.read_bytes().splitlines(keepends=True)[:2] == lines[:2]  # complete records kept as they were
+    assert [json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines()] == ["q1", "q2", "q3"]
+    assert again["hit@1"] == first["hit@1"]
+
+
+def test_a_second_process_on_an_open_run_refuses_at_once(tiny_rules, tmp_path):
+    import fcntl
+
+    from ark.stages import evaluate
+
+    cfg = rules_cfg(tiny_rules)
+    run_dir = Run(cfg, "evaluate").dir
+    run_dir.mkdir(parents=True)
+    with open(run_dir / ".lock", "w") as held:  # another process has the run open
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242")
+        held.flush()
+        out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *tiny_rules, "backbone=rules",
+                              "agent.n_agents=1", "retriever.params.stemmer=null", f"hydra.run.dir={tmp_path}/hydra"],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert lines[0].startswith(f"error: run {run_dir.name} is open in another process (pid 4242)")
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # it wrote nothing
+    evaluate.run(cfg)  # the lock released: the run goes ahead, and its finished directory holds no lock file
+    assert not (run_dir / ".lock").exists() and (run_dir / "metrics.json").exists()

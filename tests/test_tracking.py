@@ -208,6 +208,6 @@ def test_no_secret_reaches_wandb_offline(tmp_path, monkeypatch):
         log_files(run, [tmp_path / "t.csv"], [])
     written = [p for p in (tmp_path / "logs" / "wandb").rglob("*") if p.is_file()]
     blob = b"".join(p.read_bytes() for p in written)
-    assert any(p.suffix == ".wandb" for p in written) and b"<redacted>" in blob and b"slender fingers" in blob
+    assert any(p.suffix == ".wandb" for p in written) and b"[redacted]" in blob and b"slender fingers" in blob
     assert CANARY.encode() not in blob
-    assert json.dumps(run.config.as_dict()).count("<redacted>") == 2
+    assert json.dumps(run.config.as_dict()).count("[redacted]") == 2

@@ -19,17 +19,34 @@ AGGREGATIONS = ("voting", "ordering", "random")
 
 def validate(cfg: DictConfig) -> None:
     """Config values checked before any work (one clear error, nothing written)."""
+    from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
 
     a = cfg.agent
-    for name, value in (("agent.T_max", a.T_max), ("agent.n_agents", a.n_agents),
-                        ("eval.concurrency", cfg.eval.concurrency)):
+    for name, value in (("collect.trajectories", cfg.collect.trajectories), ("agent.T_max", a.T_max),
+                        ("agent.n_agents", a.n_agents), ("agent.global_k", a.global_k),
+                        ("agent.global_k_max", a.global_k_max), ("agent.neighbor_k", a.neighbor_k),
+                        ("eval.concurrency", cfg.eval.concurrency), ("baseline.depth", cfg.baseline.depth)):
         if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
-    if cfg.eval.limit is not None and (not _is_int(cfg.eval.limit) or cfg.eval.limit < 0):
-        raise UserError(f"eval.limit must be null or an integer >= 0, got {cfg.eval.limit!r}")
+    for name, value in (("seed", cfg.seed), ("subset_seed", cfg.subset_seed)):
+        if not _is_int(value) or value < 0:
+            raise UserError(f"{name} must be an integer >= 0, got {value!r}")
+    for name, value in (("collect.budget", cfg.collect.budget), ("eval.limit", cfg.eval.limit)):
+        if value is not None and (not _is_int(value) or value < 0):
+            raise UserError(f"{name} must be null or an integer >= 0, got {value!r}")
+    for name in ("backbone.temperature", "collect.temperature"):
+        value = OmegaConf.select(cfg, name)
+        if value is not None and (not _is_number(value) or value < 0):
+            raise UserError(f"{name} must be null or a number >= 0, got {value!r}")
+    for name in ("eval.progress", "eval.allow_incomplete"):
+        if not isinstance(OmegaConf.select(cfg, name), bool):
+            raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
     if a.aggregation not in AGGREGATIONS:
         raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
+    parse_split(cfg.split)
+    if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
+        raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {cfg.metrics!r}")
     for metric in cfg.metrics:
         parse_metric(metric)
     adapter = OmegaConf.select(cfg, "backbone.local.adapter")
@@ -39,6 +56,10 @@ def validate(cfg: DictConfig) -> None:
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def graph(cfg: DictConfig):
@@ -72,7 +93,7 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
 
     On a leave-publication-out graph, the queries must come from the phenopacket file whose publications the
     graph left out."""
-    from ark.data.queries import load_queries
+    from ark.data.queries import brief, load_queries
 
     left_out = (graph.meta.get("excluded") or {}).get("source")
     source = cfg.queries.get("source")
@@ -102,8 +123,9 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
         if not labels:
             continue
         gold = q.get("answer_ids")
-        if not isinstance(gold, list) or not all(isinstance(v, int) and 0 <= v < num_nodes for v in gold):
-            raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1}")
+        if not isinstance(gold, list) or not gold or not all(_is_int(v) and 0 <= v < num_nodes for v in gold):
+            raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1} (at least "
+                            f"one); got {brief(gold)}")
     return rows
 
 
@@ -116,7 +138,11 @@ def local_server(cfg: DictConfig):
     b = cfg.backbone
     model = LocalChatModel(**OmegaConf.to_container(b.local, resolve=True), cache_dir=cfg.paths.models,
                            threads=cfg.cpu_threads)
-    with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1]) as server:
+    # one generation at a time; every agent in flight has one request outstanding, so a queue of twice that never
+    # turns one away (a request whose client timed out leaves the queue uncomputed)
+    agents = OmegaConf.select(cfg, "eval.concurrency", default=8) * OmegaConf.select(cfg, "agent.n_agents", default=1)
+    with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1], workers=1,
+                    max_queue=max(16, 2 * agents)) as server:
         yield server, model.identity
 
 

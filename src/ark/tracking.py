@@ -15,7 +15,7 @@ What a stage's W&B run carries:
   ``--multirun`` (also a tag, so a sweep stays findable inside a repro's group) > none.
 - config: the resolved config minus ``hydra``. Keys come from the environment only, never from the config; as a
   guard, config values under a secret-looking key (``api_key``, ``token``, ``secret``, ``password``) and any
-  value containing a secret-looking environment variable's value are replaced by ``<redacted>``.
+  value containing a secret-looking environment variable's value are replaced by the marker of ``ark.secrets``.
 - summary: the scalars a stage returns (``log_summary``); evaluate and baseline add the per-query results as a
   table (``log_queries``); the report stage logs its tables and figures with ``log_files``.
 """
@@ -29,6 +29,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from ark.secrets import MARKER, known_keys, scrub
+
 NAME_PARTS = {  # stages without a run identity: the config groups whose names follow the stage in its name
     "download": ("dataset",),
     "build_graph": ("dataset",),
@@ -38,8 +40,6 @@ NAME_PARTS = {  # stages without a run identity: the config groups whose names f
     "report": (),
 }
 SECRET_KEY = re.compile(r"(api_?key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)  # config keys
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)  # environment variable names
-REDACTED = "<redacted>"
 MAX_TAG = 64  # W&B's limit
 
 
@@ -95,19 +95,16 @@ def run_group(cfg) -> str | None:
     return str(group) if group else sweep_label()
 
 
-def scrub(value, secrets: set[str] | None = None):
-    """``value`` (plain data) with secrets replaced by ``<redacted>``: values under a secret-looking key, and
-    strings containing the value of a secret-looking environment variable."""
-    if secrets is None:
-        secrets = {v for k, v in os.environ.items() if SECRET_ENV.search(k) and len(v) >= 8}
+def scrub_config(value, keys: list[str] | None = None):
+    """A config (plain data) with every value under a secret-looking key, and every key a run knows
+    (``ark.secrets``), replaced by the redaction marker."""
+    keys = known_keys() if keys is None else keys
     if isinstance(value, dict):
-        return {k: REDACTED if SECRET_KEY.search(str(k)) and v is not None else scrub(v, secrets)
+        return {k: MARKER if SECRET_KEY.search(str(k)) and v is not None else scrub_config(v, keys)
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [scrub(v, secrets) for v in value]
-    if isinstance(value, str) and any(s in value for s in secrets):
-        return REDACTED
-    return value
+        return [scrub_config(v, keys) for v in value]
+    return scrub(value, keys)
 
 
 def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:
@@ -125,7 +122,7 @@ def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:
         name=name,
         tags=tags + ([sweep[:MAX_TAG]] if sweep else []),
         group=run_group(cfg),
-        config=scrub(config),
+        config=scrub_config(config),
         reinit="finish_previous",
     )
 
@@ -153,7 +150,7 @@ def log_summary(run, result: dict) -> None:
     """A stage's results as the run's summary: numbers, strings and dicts of them (as counts by type); no lists."""
     if isinstance(run, _NoRun):
         return
-    run.summary.update(scrub({k: v for k, v in result.items() if isinstance(v, (int, float, str, dict))}))
+    run.summary.update(scrub_config({k: v for k, v in result.items() if isinstance(v, (int, float, str, dict))}))
 
 
 def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:

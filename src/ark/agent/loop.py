@@ -35,7 +35,7 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
             traj.errors.append(reply.error)
             _emit(on_event, "error", agent=agent, step=step, error=reply.error)
             break
-        message = reply.message
+        message = _capped(reply.message, toolbox.config.observation_chars)
         messages.append(message)
         native = message.get("tool_calls") or []
         calls = native or parse_text_calls(message.get("content"))
@@ -69,6 +69,24 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
     traj.tool_calls, traj.cost = dict(counts), round(traj.cost, 8)
     traj.tool_time = [round(t, 6) for t in traj.tool_time]
     return traj
+
+
+def _capped(message: dict, cap: int) -> dict:
+    """A runaway reply (its text or a call's arguments over ``cap`` characters) cut, so that it is neither stored
+    whole nor sent back on every later step; the tools refuse the cut arguments. Replies under the cap are kept."""
+    def cut(text):
+        return text if not isinstance(text, str) or len(text) <= cap else \
+            text[:cap] + f"\n... (reply cut at {cap:,} of {len(text):,} characters)"
+
+    calls = message.get("tool_calls") or []
+    if len(message.get("content") or "") <= cap and all(len(c["function"].get("arguments") or "") <= cap
+                                                        for c in calls):
+        return message
+    out = {**message, "content": cut(message.get("content"))}
+    if calls:
+        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": cut(c["function"].get("arguments"))}}
+                             for c in calls]
+    return out
 
 
 def _emit(on_event, kind: str, **payload) -> None:

@@ -18,12 +18,14 @@ import os
 import shutil
 import tempfile
 import urllib.request
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ark.errors import UserError
-from ark.data.queries import SPLITS, split_of
+from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.graph.graph import Graph
 
 MAX_EXCLUDED = 10
@@ -57,8 +59,11 @@ def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
         tmp_dir = tempfile.mkdtemp(prefix="phenopackets-")
         try:
             local = Path(tmp_dir) / "download"
-            with urllib.request.urlopen(source) as response, local.open("wb") as out:
-                shutil.copyfileobj(response, out)
+            try:
+                with urllib.request.urlopen(source) as response, local.open("wb") as out:
+                    shutil.copyfileobj(response, out)
+            except OSError as e:  # URLError, HTTPError, a timeout
+                raise UserError(f"could not download {source} ({e})") from None
             yield from _read_jsonl(local, source)
         finally:
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -67,6 +72,8 @@ def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
 
 
 def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
+    if not path.is_file():
+        raise UserError(f"no phenopacket file at {name}")
     with path.open("rb") as f:
         is_gzip = f.read(2) == _GZIP_MAGIC
     opener = gzip.open if is_gzip else open
@@ -85,8 +92,10 @@ def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
                 if not isinstance(packet, dict):
                     raise UserError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
                 yield packet
-    except (EOFError, gzip.BadGzipFile) as e:
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise UserError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name}, after line {line_no}: not UTF-8 text ({e.reason}); damaged file?") from None
 
 
 # ---------------------------------------------------------------- fields of one phenopacket
@@ -142,14 +151,29 @@ def source_identity(path_or_url) -> dict:
 
     source = str(path_or_url)
     local = not source.startswith(("http://", "https://"))
+    if local and not Path(source).is_file():
+        raise UserError(f"no phenopacket file at {source}")
     return {"file": Path(source).name, "sha256": sha256_file(source) if local else None}
 
 
 def case_publications(packets) -> set[str]:
     """Every ``PMID:`` a case of the source cites (all of its external references, not only the first)."""
-    return {str(ref.get("id")) for packet in packets
-            for ref in (packet.get("metaData") or {}).get("externalReferences") or []
-            if str(ref.get("id") or "").startswith("PMID:")}
+    pmids = set()
+    for n, packet in enumerate(packets, 1):
+        with _structure(n, packet):
+            pmids |= {str(ref.get("id")) for ref in (packet.get("metaData") or {}).get("externalReferences") or []
+                      if str(ref.get("id") or "").startswith("PMID:")}
+    return pmids
+
+
+@contextmanager
+def _structure(n: int, packet: dict):
+    """A field of the wrong JSON type (a string where a list of objects belongs) as one clear error."""
+    try:
+        yield
+    except (AttributeError, TypeError) as e:
+        raise UserError(f"phenopacket {n} (id {str(packet.get('id', ''))[:60]!r}): a field has the wrong type "
+                        f"({e}); expected GA4GH phenopacket JSON") from None
 
 
 def sex_of(packet: dict) -> str | None:
@@ -185,6 +209,8 @@ def make_phenopacket_queries(
     """
     if target not in QUESTIONS:
         raise UserError(f"target must be one of {', '.join(QUESTIONS)}, got {target!r}")
+    require_int("queries.cap_per_disease", cap_per_disease, least=1, optional=True)
+    require_fractions("queries.split_fractions", split_fractions)
     node_of_key = {k: i for i, k in enumerate(graph.key.tolist())}
     genes_by_symbol = _genes_by_symbol(graph) if target == "gene" else {}
     counts = Counter({"read": 0, "kept": 0, **{r: 0 for r in SKIP_REASONS}})
@@ -193,7 +219,8 @@ def make_phenopacket_queries(
     for packet in packets:
         counts["read"] += 1
         case_id = str(packet.get("id", ""))
-        query, reason = _make_query(packet, graph, node_of_key, genes_by_symbol, target)
+        with _structure(counts["read"], packet):
+            query, reason = _make_query(packet, graph, node_of_key, genes_by_symbol, target)
         if reason is None and case_id in usable:
             reason = "duplicate_id"
         if reason:

@@ -20,6 +20,22 @@ def split_of(key: str, fractions=(0.6, 0.2, 0.2)) -> str:
     return "train" if u < cut_train else "val" if u < cut_val else "test"
 
 
+def require_int(name: str, value, least: int = 0, optional: bool = False) -> None:
+    """A query-set setting that must be an integer >= ``least`` (or null where ``optional``)."""
+    if optional and value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise UserError(f"{name} must be {'null or ' if optional else ''}an integer >= {least}, got {value!r}")
+
+
+def require_fractions(name: str, value) -> None:
+    """Three train/val/test weights: numbers >= 0 with a positive sum."""
+    ok = (not isinstance(value, (str, bytes)) and hasattr(value, "__len__") and len(value) == 3
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value) and sum(value) > 0)
+    if not ok:
+        raise UserError(f"{name} must be three numbers >= 0 (train, val, test) with a positive sum, got {value!r}")
+
+
 def write_query_splits(splits: dict[str, list[dict]], out_dir: str | Path, stats: dict | None = None) -> dict:
     """Write one JSON Lines file per split (atomically; extra splits such as STaRK's ``test-0.1`` too) and
     ``stats.json``; returns the counts."""
@@ -56,4 +72,17 @@ def load_queries(queries_dir: str | Path, split: str, seed: int = 0) -> list[dic
         return subset(load_queries(queries_dir, base), fraction, seed)
     if not path.exists():
         raise UserError(f"no query file {path} (run the make_queries stage)")
-    return read_jsonl(path)
+    try:
+        rows = read_jsonl(path)
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason}); damaged file?") from None
+    for i, q in enumerate(rows, 1):  # every row, before a subset hashes ids or a limit cuts the list
+        if not isinstance(q, dict) or not isinstance(q.get("id"), str) or not q["id"]:
+            raise UserError(f"{path} row {i}: expected a JSON object with a non-empty string 'id', got "
+                            f"{brief(q)}")
+    return rows
+
+
+def brief(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

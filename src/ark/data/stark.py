@@ -44,24 +44,53 @@ def _require(path: Path) -> Path:
 
 def read_qa_csv(path: str | Path) -> list[dict]:
     """Rows of a STaRK QA CSV as query dicts, in file order."""
+    path = _require(Path(path))
     queries = []
-    with open(_require(Path(path)), newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            answers = ast.literal_eval(row["answer_ids"])
-            queries.append(
-                {
-                    "id": str(int(row["id"])),
-                    "query": row["query"],
-                    "answer_ids": list(dict.fromkeys(int(a) for a in answers)),
-                }
-            )
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ("id", "query", "answer_ids") if c not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{path}: no column {', '.join(missing)} (header: {reader.fieldnames}); expected "
+                                "id,query,answer_ids")
+            for row in reader:
+                queries.append(_qa_row(row, f"{path}:{reader.line_num}"))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason})") from None
+    except csv.Error as e:
+        raise UserError(f"{path}: not a valid CSV file ({e})") from None
     return queries
+
+
+def _qa_row(row: dict, where: str) -> dict:
+    try:
+        answers = ast.literal_eval(row["answer_ids"] or "")
+        if not isinstance(answers, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                             for a in answers):
+            raise ValueError
+        qid = str(int(row["id"]))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise UserError(f"{where}: expected an integer id and answer_ids as a list of integers such as [12, 34], "
+                        f"got id {row['id']!r}, answer_ids {str(row['answer_ids'])[:60]!r}") from None
+    if not isinstance(row["query"], str) or not row["query"].strip():
+        raise UserError(f"{where}: empty query text")
+    return {"id": qid, "query": row["query"], "answer_ids": list(dict.fromkeys(int(a) for a in answers))}
 
 
 def read_split_ids(path: str | Path) -> list[str]:
     """Query ids of one ``.index`` file, in file order."""
-    text = _require(Path(path)).read_text(encoding="utf-8")
-    return [str(int(line)) for line in text.split() if line.strip()]
+    path = _require(Path(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text ({e.reason})") from None
+    ids = []
+    for token in text.split():
+        try:
+            ids.append(str(int(token)))
+        except ValueError:
+            raise UserError(f"{path}: {token[:40]!r} is not a query id (one integer per line)") from None
+    return ids
 
 
 OPTIONAL_SPLITS = ("test-0.1",)  # STaRK's own 10% test subset, used where the release has it
@@ -74,10 +103,11 @@ def load_stark_splits(qa_dir: str | Path, splits=SPLITS) -> dict[str, list[dict]
     result = {}
     optional = [s for s in OPTIONAL_SPLITS if (qa_dir / "split" / f"{s}.index").exists()]
     for split in list(splits) + optional:
-        ids = read_split_ids(qa_dir / "split" / f"{split}.index")
+        index = qa_dir / "split" / f"{split}.index"
+        ids = read_split_ids(index)
         unknown = [i for i in ids if i not in by_id]
         if unknown:
-            raise UserError(f"{split}.index lists {len(unknown)} ids not in {QA_FILE}, e.g. {unknown[0]}")
+            raise UserError(f"{index} lists {len(unknown)} ids not in {QA_FILE}, e.g. {unknown[0]}")
         result[split] = [by_id[i] for i in ids]
     return result
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ark.data.queries import SPLITS, split_of
+from ark.data.queries import SPLITS, require_fractions, require_int, split_of
+from ark.errors import UserError
 from ark.graph.graph import IN, OUT, Graph
 
 @dataclass
@@ -219,6 +220,12 @@ class SyntheticQueryMaker:
 def make_synthetic_queries(graph: Graph, cfg) -> tuple[dict[str, list[dict]], dict]:
     """(splits, stats): ``stats["dropped"]`` counts the generated queries replaced because their text named a
     gold answer or the textual anchor's label."""
+    for name, least in (("n_queries", 1), ("seed", 0), ("min_answers", 1), ("max_answers", 1),
+                        ("min_candidates", 0), ("max_anchor_uses", 1)):
+        require_int(f"queries.{name}", cfg[name], least)
+    if cfg.min_answers > cfg.max_answers:
+        raise UserError(f"queries.min_answers ({cfg.min_answers}) exceeds queries.max_answers ({cfg.max_answers})")
+    require_fractions("queries.split_fractions", cfg.split_fractions)
     maker = SyntheticQueryMaker(graph, cfg)
     splits = maker.make()
     return splits, {"dropped": dict(sorted(maker.dropped.items()))}

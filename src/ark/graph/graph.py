@@ -168,29 +168,46 @@ class Graph:
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = True) -> "Graph":
+        """The graph saved in ``directory``, checked (shapes, id ranges, CSR offsets) so that a damaged file is
+        one clear error here rather than a wrong neighbor or an IndexError inside a tool."""
         directory = Path(directory)
-        missing = [f for f in ("schema.json", "nodes.parquet", "edges.parquet") if not (directory / f).exists()]
+        missing = [f for f in ("schema.json", "nodes.parquet", "edges.parquet", *(f"csr_{a}.npy" for a in _CSR_ARRAYS))
+                   if not (directory / f).exists()]
         if missing:
             raise UserError(f"no graph at {directory}: missing {', '.join(missing)} (run the build_graph stage)")
-        schema = json.loads((directory / "schema.json").read_text())
-        nodes = pd.read_parquet(directory / "nodes.parquet")
-        edges = pd.read_parquet(directory / "edges.parquet")
-        csr = {a: np.load(directory / f"csr_{a}.npy", mmap_mode="r" if mmap else None) for a in _CSR_ARRAYS}
-        return cls(
-            node_type_names=schema["node_types"],
-            relation_names=schema["relations"],
-            node_type=nodes["type"].to_numpy(np.int16),
-            key=nodes["key"].to_numpy(object),
-            name=nodes["name"].to_numpy(object),
-            fields=nodes["fields"].to_numpy(object),
-            doc=nodes["doc"].to_numpy(object),
-            src=edges["src"].to_numpy(np.int32),
-            dst=edges["dst"].to_numpy(np.int32),
-            edge_rel=edges["rel"].to_numpy(np.int16),
-            edge_attr=edges["attr"].to_numpy(object),
-            meta=schema.get("meta", {}),
-            **csr,
-        )
+        schema = _read(directory / "schema.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
+        nodes = _read(directory / "nodes.parquet", lambda p: _columns(pd.read_parquet(p), (
+            ("type", np.int16), ("key", object), ("name", object), ("fields", object), ("doc", object))))
+        edges = _read(directory / "edges.parquet", lambda p: _columns(pd.read_parquet(p), (
+            ("src", np.int32), ("dst", np.int32), ("rel", np.int16), ("attr", object))))
+        csr = {a: _read(directory / f"csr_{a}.npy", lambda p: np.load(p, mmap_mode="r" if mmap else None))
+               for a in _CSR_ARRAYS}
+        graph = _read(directory / "schema.json", lambda p: cls(
+            node_type_names=schema["node_types"], relation_names=schema["relations"],
+            node_type=nodes["type"], key=nodes["key"], name=nodes["name"], fields=nodes["fields"], doc=nodes["doc"],
+            src=edges["src"], dst=edges["dst"], edge_rel=edges["rel"], edge_attr=edges["attr"],
+            meta=schema.get("meta", {}), **csr))
+        graph._verify(directory)
+        return graph
+
+    def _verify(self, directory: Path) -> None:
+        """Cheap consistency checks: array lengths, id ranges (min/max) and monotone CSR offsets."""
+        n, e = self.num_nodes, self.num_edges
+        checks = [
+            ("nodes.parquet", _in_range(self.node_type, len(self.node_type_names)), "node type ids out of range"),
+            ("edges.parquet", _in_range(self.src, n) and _in_range(self.dst, n), "edge endpoints out of range"),
+            ("edges.parquet", _in_range(self.edge_rel, len(self.relation_names)), "relation ids out of range"),
+            ("csr_indptr.npy", self.indptr.shape == (n + 1,) and self.indptr[0] == 0
+             and self.indptr[-1] == 2 * e and bool(np.all(self.indptr[1:] >= self.indptr[:-1])),
+             f"offsets are not {n + 1} non-decreasing values from 0 to {2 * e}"),
+        ]
+        for name, bound in (("nbr", n), ("rel", len(self.relation_names)), ("out", 2), ("eid", e)):
+            a = getattr(self, name)
+            checks.append((f"csr_{name}.npy", a.shape == (2 * e,) and _in_range(a, bound),
+                           f"expected {2 * e} values in 0..{bound - 1}"))
+        for file, ok, what in checks:
+            if not ok:
+                raise UserError(f"damaged graph file {directory / file}: {what}; rebuild it (build_graph)")
 
 
 def build_csr(n: int, src: np.ndarray, dst: np.ndarray, rel: np.ndarray):
@@ -206,6 +223,23 @@ def build_csr(n: int, src: np.ndarray, dst: np.ndarray, rel: np.ndarray):
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return indptr, nbr[order], rels[order], out[order], eid[order]
+
+
+def _read(path: Path, reader):
+    """``reader(path)``, with a missing or unreadable file as one clear error naming it."""
+    try:
+        return reader(path)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as e:  # pyarrow's and numpy's errors are ValueErrors
+        why = " ".join(str(e).split())
+        raise UserError(f"damaged graph file {path} ({type(e).__name__}: {why}); rebuild it (build_graph)") from None
+
+
+def _columns(table: pd.DataFrame, columns) -> dict:
+    return {c: table[c].to_numpy(t) for c, t in columns}
+
+
+def _in_range(a: np.ndarray, bound: int) -> bool:
+    return len(a) == 0 or (int(a.min()) >= 0 and int(a.max()) < bound)
 
 
 def _lookup(names, vocabulary: list[str], what: str) -> np.ndarray:

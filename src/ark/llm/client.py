@@ -6,7 +6,8 @@ so n stochastic agents stay distinct, another model or server never answers from
 rerun replays exactly without calling the model. A replay
 returns the stored tokens, cost and latency, so metrics of a replayed run equal the original's.
 API keys are read from the environment variable a backbone names and passed to litellm only; they
-are never part of a cache key, a record or a log line.
+are never part of a cache key, a record or a log line: every reply and error text is scrubbed of the keys the
+run knows (``ark.secrets``) before it is cached or returned, in ``complete`` and nowhere else.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import litellm
 
 from ark.llm.result import LLMResult
+from ark.secrets import known_keys, scrub
 
 litellm.suppress_debug_info = True
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):  # one INFO line per call otherwise
@@ -125,11 +127,12 @@ class LLMClient:
                        seed: int = 0) -> LLMResult:
         req = self.request(messages, tools, seed)
         key = request_key({**req, "agent_index": agent_index, "endpoint": self.endpoint})
+        secrets = known_keys(self.backbone.api_key_env)
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                return LLMResult(**{**hit, "cached": True})
-        result = await self._call(req)
+                return _scrubbed(LLMResult(**{**hit, "cached": True}), secrets)
+        result = _scrubbed(await self._call(req), secrets)
         if self.cache is not None and result.error is None:
             self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
         return result
@@ -148,12 +151,12 @@ class LLMClient:
                 latency = time.perf_counter() - start
                 return _result(resp, latency, attempt)
             except RETRYABLE as e:
-                error = f"{type(e).__name__}: {_short(e, api_key)}"
+                error = f"{type(e).__name__}: {_one_line(e)}"
                 if attempt < self.retry.max_attempts:
                     delay = min(self.retry.max_delay, self.retry.base_delay * 2 ** (attempt - 1))
                     await asyncio.sleep(delay * (0.5 + random.random() / 2))
             except Exception as e:  # bad request, auth, malformed response: retrying will not help
-                return LLMResult(None, attempts=attempt, error=f"{type(e).__name__}: {_short(e, api_key)}")
+                return LLMResult(None, attempts=attempt, error=f"{type(e).__name__}: {_one_line(e)}")
         return LLMResult(None, attempts=self.retry.max_attempts, error=error)
 
 
@@ -176,9 +179,14 @@ def _result(resp, latency: float, attempts: int) -> LLMResult:
                      cost=cost, latency=round(latency, 4), attempts=attempts)
 
 
-def _short(e: Exception, secret: str | None) -> str:
-    """The error text, on one line, without the API key in it (some providers echo it back)."""
-    text = str(e).replace("\n", " ")
-    if secret and len(secret) > 4:
-        text = text.replace(secret, "***")
-    return text[:300]
+def _one_line(e: Exception) -> str:
+    return str(e).replace("\n", " ")
+
+
+def _scrubbed(result: LLMResult, secrets: list[str]) -> LLMResult:
+    """The result without a key the run knows in its message or error (some providers echo it back); the error
+    cut to 300 characters after the scrub, so that no part of a key survives at the cut."""
+    result.message = scrub(result.message, secrets)
+    if result.error is not None:
+        result.error = scrub(result.error, secrets)[:300]
+    return result

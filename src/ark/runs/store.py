@@ -11,18 +11,25 @@ dir) and W&B, outside DVC's outputs: query wall-clock p50/p95/mean, per-agent mo
 With ``run.publish`` set (the DVC stages), metrics, stats, config and provenance are also copied there: a
 path DVC knows in advance, committed to git.
 
-A run that is killed leaves at most a truncated last line in ``records.jsonl``; ``RecordStore`` drops it on
-open and skips the queries already complete, and ``finalize`` rewrites the file once in query order.
+A run that is killed leaves at most an incomplete last line (no newline) in ``records.jsonl``; ``RecordStore``
+drops that line alone on open (saying so), refuses a file whose complete lines are not all records, skips the
+queries already complete, and ``finalize`` rewrites the file once in query order. One process at a time:
+``Run.open`` takes an OS lock on ``<run dir>/.lock`` (holding the pid), released and removed by ``finish``.
 """
 from __future__ import annotations
 
+import atexit
+import fcntl
 import json
+import os
 import platform
 import shutil
+import sys
 from pathlib import Path
 
 import yaml
 
+from ark.errors import UserError
 from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.runs.identity import identity, run_name
 from ark.runs.records import QueryRecord
@@ -40,18 +47,15 @@ class RecordStore:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def _load(self) -> None:
-        good = 0
-        with open(self.path, "rb") as f:
-            for line in f:
-                try:
-                    rec = QueryRecord.from_dict(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line cut by a kill: everything after it is dropped
-                self.records[rec.id] = rec
-                good += len(line)
-        if good < self.path.stat().st_size:
+        """Resume: every complete line must be a record; an incomplete last line (no newline: a kill cut it) is
+        dropped, and only that line."""
+        records, cut = read_records(self.path, allow_cut=True)
+        self.records = {r.id: r for r in records}
+        if cut:
             with open(self.path, "r+b") as f:
-                f.truncate(good)
+                f.truncate(self.path.stat().st_size - cut)
+            print(f"{self.path}: dropped its incomplete last line ({cut} bytes, left by an interrupted run); "
+                  "that query runs again", file=sys.stderr)
 
     def done(self, query_id: str) -> bool:
         rec = self.records.get(query_id)
@@ -84,14 +88,29 @@ class Run:
         self.dir = Path(cfg.run.root) / self.name
         self.publish_dir = Path(cfg.run.publish) if cfg.run.get("publish") else None
         self.timing_path = Path(cfg.paths.logs) / "runs" / f"{self.name}.json"
+        self._lock: RunLock | None = None
 
     def open(self) -> RecordStore:
-        """Create or resume the run: its ``config.yaml`` must be this identity."""
-        config = self.dir / "config.yaml"
-        if config.exists() and yaml.safe_load(config.read_text()) != self.identity:
-            raise RuntimeError(f"{config} holds another configuration than its directory name says")
-        write_text_atomic(config, yaml.safe_dump(self.identity, sort_keys=True, allow_unicode=True))
-        return RecordStore(self.dir / "records.jsonl")
+        """Create or resume the run: its ``config.yaml`` must be this identity. The run stays locked against
+        other processes until ``finish`` (or this process ends)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = RunLock.acquire(self.dir)
+        try:
+            config = self.dir / "config.yaml"
+            if config.exists() and _read_config(config) != self.identity:
+                raise UserError(f"{config} holds another configuration than its directory name says; move the "
+                                "directory away and rerun")
+            write_text_atomic(config, yaml.safe_dump(self.identity, sort_keys=True, allow_unicode=True))
+            return RecordStore(self.dir / "records.jsonl")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Unlock the run (``finish`` does)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def finish(self, scores: list[dict] | None, metrics: dict | None, stats: dict, inputs: list) -> None:
         """``scores`` and ``metrics`` None: a label-free run (``collect``), which has neither."""
@@ -106,6 +125,7 @@ class Run:
             for name in PUBLISHED:
                 if name != "metrics.json" or metrics is not None:
                     shutil.copyfile(self.dir / name, self.publish_dir / name)
+        self.close()
 
     def write_timing(self, timing: dict) -> None:
         """Wall-clock figures and where they were measured: under ``paths.logs`` and, for a DVC stage, beside
@@ -140,9 +160,96 @@ def data_inputs(cfg) -> list[Path]:
 def load_run(directory: str | Path) -> tuple[dict, list[QueryRecord]]:
     """(identity config, records) of a finished run directory: what analyses read, never the path."""
     directory = Path(directory)
-    config = yaml.safe_load((directory / "config.yaml").read_text())
-    with open(directory / "records.jsonl", encoding="utf-8") as f:
-        return config, [QueryRecord.from_dict(json.loads(line)) for line in f if line.strip()]
+    for name in ("config.yaml", "records.jsonl"):
+        if not (directory / name).is_file():
+            raise UserError(f"{directory} is not a run directory: no {name}")
+    return _read_config(directory / "config.yaml"), read_records(directory / "records.jsonl")[0]
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is damaged ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path} is damaged: not a mapping")
+    return config
+
+
+def read_records(path: Path, allow_cut: bool = False) -> tuple[list[QueryRecord], int]:
+    """(records, bytes of an incomplete last line). A complete line (ending in a newline) that is not a record is
+    damage, never dropped: one clear error. An incomplete last line is what a kill leaves; only ``allow_cut``
+    (resuming) accepts it, and it is not read."""
+    records, cut = [], 0
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):  # only the last line can lack its newline
+                if not allow_cut:
+                    raise UserError(f"{path} line {n} is incomplete (an interrupted run); rerun the run to resume it")
+                cut = len(line)
+                break
+            if not line.strip():
+                continue
+            try:
+                records.append(QueryRecord.from_dict(json.loads(line.decode("utf-8"))))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad UTF-8 or JSON, or not a record
+                raise UserError(f"{path} line {n} is not a valid record ({type(e).__name__}: "
+                                f"{' '.join(str(e).split())[:120]}); repair or remove the file (the run then starts "
+                                "over)") from None
+    return records, cut
+
+
+class RunLock:
+    """An exclusive OS lock (``flock``) on ``<run dir>/.lock``, held by one process while it has the run open; the
+    file holds its pid and is removed on release, so no finished run directory (a DVC output) contains it."""
+
+    held: dict[str, "RunLock"] = {}  # by run directory: this process's locks (re-opening its own run is fine)
+
+    def __init__(self, path: Path, file):
+        self.path, self.file = path, file
+
+    @classmethod
+    def acquire(cls, directory: Path) -> "RunLock":
+        path = directory / ".lock"
+        mine = cls.held.get(str(directory.resolve()))
+        if mine is not None and mine.current():
+            return mine
+        while True:
+            f = open(path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read().strip() or "unknown"
+                f.close()
+                raise UserError(f"run {directory.name} is open in another process (pid {pid}); wait for it to end "
+                                f"or stop it ({path})") from None
+            lock = cls(path, f)
+            if lock.current():  # not a file its last holder removed between our open and our lock
+                break
+            f.close()
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        cls.held[str(directory.resolve())] = lock
+        atexit.register(lock.release)
+        return lock
+
+    def current(self) -> bool:
+        try:
+            return not self.file.closed and os.stat(self.path).st_ino == os.fstat(self.file.fileno()).st_ino
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> None:
+        if self.file.closed:
+            return
+        if self.current():
+            self.path.unlink()
+        self.file.close()
+        if self.held.get(key := str(self.path.parent.resolve())) is self:
+            del self.held[key]
 
 
 def read_scores(directory: str | Path) -> dict[str, dict]:

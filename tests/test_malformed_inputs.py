@@ -1,0 +1,277 @@
+"""A corpus of malformed inputs: each runs a real stage, which must end with exit status 2 and one clear line
+(no traceback) and leave every file of the project as it was (no partial run, graph, index or query set).
+
+Most cases call the stage's ``run(cfg)`` under ``clear_errors`` in-process; those marked ``sub`` run
+``python -m ark.stages.<name>`` to check the real exit line as well.
+"""
+import gzip
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, compose_cfg
+
+BASE = ["logger=none", "retriever.params.stemmer=null", "backbone=rules", "agent.n_agents=1", "eval.progress=false"]
+RUN = "results/runs/adhoc"  # where the template's finished evaluate run lives
+PACKET = {"id": "c1", "subject": {"sex": "FEMALE"}, "phenotypicFeatures": [{"type": {"id": "N:3"}}],
+          "diseases": [{"term": {"id": "N:0"}}], "metaData": {"externalReferences": [{"id": "PMID:1"}]}}
+
+
+def paths(p: Path) -> list[str]:
+    return [f"paths.data={p}/data", f"paths.results={p}/results", f"paths.root={p}"]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A small project: the tiny graph and its index, test/train queries, a finished evaluate run, a STaRK QA
+    folder and a phenopacket file, all valid."""
+    from ark.io import write_jsonl
+    from ark.stages import build_index, evaluate
+    from tests.helpers import tiny_graph
+
+    p = tmp_path_factory.mktemp("template")
+    cfg = compose_cfg(paths(p) + BASE)
+    tiny_graph().save(cfg.dataset.graph_dir)
+    build_index.run(cfg)
+    queries = Path(cfg.dataset.queries_dir)
+    write_jsonl(queries / "test.jsonl", [{"id": "q1", "query": "slender fingers", "answer_ids": [3]},
+                                         {"id": "q2", "query": "lens of the eye", "answer_ids": [4, 0]},
+                                         {"id": "q3", "query": "heart valve", "answer_ids": [6]}])
+    write_jsonl(queries / "train.jsonl", [{"id": "t1", "query": "long fingers", "answer_ids": [3]}])
+    evaluate.run(cfg)
+    qa = p / "qa"
+    (qa / "stark_qa").mkdir(parents=True)
+    (qa / "stark_qa" / "stark_qa.csv").write_text('id,query,answer_ids\n0,a question,"[1, 2]"\n1,another,[3]\n')
+    (qa / "split").mkdir()
+    for split, ids in (("train", "0\n"), ("val", "1\n"), ("test", "1\n")):
+        (qa / "split" / f"{split}.index").write_text(ids)
+    (p / "cases.jsonl").write_text(json.dumps(PACKET) + "\n")
+    return p
+
+
+# ------------------------------------------------------------------ damage, applied to a copy of the template
+def rows(*rows):
+    def damage(p):
+        (queries_dir(p) / "test.jsonl").write_text("".join(r if isinstance(r, str) else json.dumps(r) + "\n"
+                                                           for r in rows))
+    return damage
+
+
+def queries_dir(p):
+    return p / "data/queries/biokg/synthetic"
+
+
+def write(name, data):
+    def damage(p):
+        path = p / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data) if isinstance(data, bytes) else path.write_text(data)
+    return damage
+
+
+def remove(name):
+    return lambda p: shutil.rmtree(p / name) if (p / name).is_dir() else (p / name).unlink()
+
+
+def cut(name, keep=0.5):
+    def damage(p):
+        data = (p / name).read_bytes()
+        (p / name).write_bytes(data[: int(len(data) * keep)])
+    return damage
+
+
+def npy(name, change):
+    def damage(p):
+        path = p / "data/graph/biokg" / f"csr_{name}.npy"
+        a = np.load(path)
+        change(a)
+        np.save(path, a)  # same size, same dtype
+    return damage
+
+
+def set_at(i, value):
+    def change(a):
+        a[i] = value
+    return change
+
+
+def swap_indptr(a):
+    a[3], a[4] = a[4], a[3]
+
+
+def edges_out_of_range(p):
+    path = p / "data/graph/biokg/edges.parquet"
+    edges = pd.read_parquet(path)
+    edges.loc[0, "src"] = 999
+    edges.to_parquet(path, index=False)
+
+
+def records(change):
+    def damage(p):
+        path = next((p / RUN).glob("*/records.jsonl"))
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes(b"".join(change(lines)))
+    return damage
+
+
+def run_file(name, data):
+    def damage(p):
+        next((p / RUN).glob("*/records.jsonl")).with_name(name).write_text(data)
+    return damage
+
+
+def gzip_cut(p):
+    data = gzip.compress(b"".join(json.dumps({**PACKET, "id": f"c{i}"}).encode() + b"\n" for i in range(200)))
+    (p / "cases.jsonl").write_bytes(data[: len(data) // 2])
+
+
+def other_config(p):
+    config = next((p / RUN).glob("*/config.yaml"))
+    config.write_text(config.read_text().replace("T_max: 20", "T_max: 7"))
+
+
+def teacher(p):
+    return [f"distill.teacher={next((p / RUN).glob('*/config.yaml')).parent}"]
+
+
+PHENO = ["queries=phenopackets", "queries.source=${paths.root}/cases.jsonl"]
+STARK = ["dataset=stark_prime", "queries=stark", "queries.qa_dir=${paths.root}/qa"]
+Q = "test.jsonl row 2"
+
+# (id, stage, overrides, damage, message in the error line, subprocess)
+CASES = [
+    # configuration values and types
+    ("T_max-0", "evaluate", ["agent.T_max=0"], None, "agent.T_max must be an integer >= 1", False),
+    ("n_agents-str", "evaluate", ["agent.n_agents=three"], None, "agent.n_agents must be an integer", False),
+    ("concurrency-0", "evaluate", ["eval.concurrency=0"], None, "eval.concurrency must be an integer >= 1", True),
+    ("collect-concurrency-0", "collect", ["eval.concurrency=0"], None, "eval.concurrency must be", False),
+    ("limit-negative", "baseline", ["eval.limit=-1"], None, "eval.limit must be null or an integer", False),
+    ("aggregation", "evaluate", ["agent.aggregation=borda"], None, "agent.aggregation must be one of", False),
+    ("metric-k0", "evaluate", ["metrics=[hit@0]"], None, "unknown metric 'hit@0'", False),
+    ("metrics-not-list", "evaluate", ["metrics=hit@1"], None, "metrics must be a non-empty list", False),
+    ("depth-0", "baseline", ["baseline.depth=0"], None, "baseline.depth must be an integer >= 1", False),
+    ("neighbor_k-str", "evaluate", ["agent.neighbor_k=abc"], None, "agent.neighbor_k must be", False),
+    ("global_k-0", "evaluate", ["agent.global_k=0"], None, "agent.global_k must be", False),
+    ("split-unknown", "evaluate", ["split=dev"], None, "unknown split 'dev'", False),
+    ("trajectories-0", "collect", ["collect.trajectories=0"], None, "collect.trajectories must be", False),
+    ("budget-negative", "collect", ["collect.budget=-3"], None, "collect.budget must be null or", False),
+    ("seed-negative", "evaluate", ["seed=-1"], None, "seed must be an integer >= 0", False),
+    ("temperature-str", "evaluate", ["backbone.temperature=hot"], None, "backbone.temperature must be", False),
+    ("allow_incomplete-str", "evaluate", ["eval.allow_incomplete=maybe"], None, "must be true or false", False),
+    ("cap-0", "make_queries", PHENO + ["queries.cap_per_disease=0"], None, "queries.cap_per_disease must", False),
+    ("fractions", "make_queries", ["queries.split_fractions=[1,-1,0]"], None, "split_fractions must be three",
+     False),
+    ("answers-min-max", "make_queries", ["queries.min_answers=5", "queries.max_answers=2"], None, "exceeds", False),
+    # query files
+    ("row-no-query", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]}, {"id": "q2"}),
+     f"{Q}: needs a string 'id' and a non-empty string 'query'", False),
+    ("row-no-id", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]}, {"query": "x"}),
+     f"{Q}: expected a JSON object with a non-empty string 'id'", False),
+    ("row-no-answers", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]}, {"id": "q2", "query": "y"}),
+     f"{Q}: answer_ids must be a list of node ids in 0..30", False),
+    ("answers-str", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": "12"}),
+     "row 1: answer_ids must be a list of node ids in 0..30 (at least one); got '12'", False),
+    ("answer-out-of-range", "baseline", [], rows({"id": "q1", "query": "x", "answer_ids": [999]}), "got [999]",
+     False),
+    ("answer-bool", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [True]}), "got [True]", False),
+    ("answers-empty", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": []}), "got []", False),
+    ("row-not-object", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]}, [1, 2]),
+     f"{Q}: expected a JSON object", False),
+    ("row-bad-json", "evaluate", [], rows('{"id": "q1", "query": \n'), "test.jsonl:1: not valid JSON", False),
+    ("row-duplicate-id", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]},
+                                              {"id": "q1", "query": "y", "answer_ids": [2]}),
+     "duplicate query id 'q1'", False),
+    ("subset-row-no-id", "evaluate", ["split=test-0.5"], rows({"id": "q1", "query": "x", "answer_ids": [1]},
+                                                               {"query": "y"}), "expected a JSON object", False),
+    ("collect-row-no-id", "collect", ["collect.split=test"], rows({"query": "x"}), "row 1: expected a JSON object",
+     False),
+    ("queries-not-utf8", "baseline", [], write("data/queries/biokg/synthetic/test.jsonl", b'{"id": "q\xff"}\n'),
+     "not UTF-8 text", False),
+    ("queries-missing", "evaluate", ["split=val"], None, "no query file", False),
+    # phenopacket files
+    ("pheno-missing", "make_queries", ["queries=phenopackets", "queries.source=${paths.root}/nope.jsonl"], None,
+     "no phenopacket file at", False),
+    ("pheno-cut-line", "make_queries", PHENO, write("cases.jsonl", json.dumps(PACKET)[:40] + "\n"),
+     "cases.jsonl, line 1: not valid JSON", False),
+    ("pheno-not-object", "make_queries", PHENO, write("cases.jsonl", "[1, 2]\n"), "expected a JSON object", False),
+    ("pheno-bad-utf8", "make_queries", PHENO, write("cases.jsonl", json.dumps(PACKET).encode() + b"\n\xff\xfe\n"),
+     "not UTF-8 text", True),
+    ("pheno-gzip-cut", "make_queries", PHENO, gzip_cut, "damaged gzip stream", False),
+    ("pheno-wrong-type", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "phenotypicFeatures": "x"})),
+     "phenopacket 1 (id 'c1'): a field has the wrong type", False),
+    # graph files
+    ("graph-missing-array", "evaluate", [], remove("data/graph/biokg/csr_nbr.npy"), "missing csr_nbr.npy", False),
+    ("graph-cut-array", "evaluate", [], cut("data/graph/biokg/csr_rel.npy", 0.8), "csr_rel.npy", False),
+    ("graph-nbr-out-of-range", "evaluate", [], npy("nbr", set_at(3, 10**6)), "csr_nbr.npy: expected", True),
+    ("graph-nbr-negative", "baseline", [], npy("nbr", set_at(0, -1)), "csr_nbr.npy", False),
+    ("graph-indptr", "evaluate", [], npy("indptr", swap_indptr), "csr_indptr.npy", False),
+    ("graph-indptr-end", "evaluate", [], npy("indptr", set_at(-1, 7)), "csr_indptr.npy", False),
+    ("graph-rel", "evaluate", [], npy("rel", set_at(0, 99)), "csr_rel.npy", False),
+    ("graph-eid", "evaluate", [], npy("eid", set_at(0, 10**5)), "csr_eid.npy", False),
+    ("graph-edges", "baseline", [], edges_out_of_range, "edges.parquet", False),
+    ("graph-cut-nodes", "baseline", [], cut("data/graph/biokg/nodes.parquet"), "nodes.parquet", False),
+    ("graph-schema", "build_index", [], write("data/graph/biokg/schema.json", "{"), "schema.json", False),
+    ("graph-none", "build_index", [], remove("data/graph/biokg"), "no graph at", False),
+    # STaRK files
+    ("stark-no-column", "make_queries", STARK, write("qa/stark_qa/stark_qa.csv", "id,query\n0,a\n"),
+     "no column answer_ids", False),
+    ("stark-answers", "make_queries", STARK, write("qa/stark_qa/stark_qa.csv", "id,query,answer_ids\n0,a,12)\n"),
+     "stark_qa.csv:2: expected an integer id", False),
+    ("stark-id", "make_queries", STARK, write("qa/stark_qa/stark_qa.csv", "id,query,answer_ids\nx,a,[1]\n"),
+     "got id 'x'", False),
+    ("stark-index-token", "make_queries", STARK, write("qa/split/test.index", "1\nabc\n"), "'abc' is not a query id",
+     False),
+    ("stark-index-unknown", "make_queries", STARK, write("qa/split/val.index", "77\n"), "ids not in", False),
+    ("stark-qa-missing", "make_queries", STARK, remove("qa/stark_qa/stark_qa.csv"), "is missing", False),
+    # run files (resuming the template's finished run)
+    ("records-bad-json", "evaluate", [], records(lambda ls: [ls[0], b'{"id": "q2", "que\n', ls[2]]),
+     "records.jsonl line 2 is not a valid record", False),
+    ("records-bad-utf8", "evaluate", [], records(lambda ls: [ls[0], ls[1][:30] + b"\xff" + ls[1][31:], ls[2]]),
+     "records.jsonl line 2 is not a valid record", True),
+    ("records-not-record", "evaluate", [], records(lambda ls: [b"[1, 2]\n", *ls[1:]]),
+     "records.jsonl line 1 is not a valid record", False),
+    ("config-damaged", "evaluate", [], run_file("config.yaml", "{: [\n"), "config.yaml is damaged", False),
+    ("config-other", "evaluate", [], other_config, "holds another configuration", False),
+    ("teacher-cut", "distill", teacher, records(lambda ls: [*ls[:2], ls[2][:20]]), "line 3 is incomplete", False),
+]
+
+
+def snapshot(p: Path) -> dict:
+    """Every file and directory of the project (logs aside) with its content hash."""
+    return {str(f.relative_to(p)): hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "dir"
+            for f in sorted(p.rglob("*")) if f.relative_to(p).parts[0] != "logs"}
+
+
+@pytest.mark.parametrize("stage, overrides, damage, message, sub", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_path, capsys, stage, overrides, damage,
+                                                                  message, sub):
+    from ark.stages import clear_errors
+
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    if damage is not None:
+        damage(p)
+    args = paths(p) + BASE + (overrides(p) if callable(overrides) else overrides)
+    before = snapshot(p)
+    if sub:
+        out = subprocess.run([sys.executable, "-m", f"ark.stages.{stage}", *args, f"hydra.run.dir={p}/logs/hydra"],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        code, text = out.returncode, out.stdout + out.stderr
+    else:
+        run = clear_errors(importlib.import_module(f"ark.stages.{stage}").run)
+        with pytest.raises(SystemExit) as exit_:
+            run(compose_cfg(args))
+        code, text = exit_.value.code, "".join(capsys.readouterr())
+    lines = text.strip().splitlines()
+    assert code == 2 and len(lines) == 1, text[-3000:]
+    assert lines[0].startswith("error: ") and message in lines[0], lines[0]
+    assert snapshot(p) == before

@@ -1,0 +1,108 @@
+"""The loopback chat server under load, with a slow fake model: a request whose client went away is not computed,
+the queue is bounded (503 + Retry-After, which the LLM client retries), and a disconnect prints nothing."""
+import asyncio
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.server import ChatServer, chat_completion
+
+
+class SlowModel:
+    """A fake model that takes ``delay`` seconds a request, one request at a time, and counts its generations;
+    ``hold`` (an Event) keeps every generation waiting until it is set."""
+
+    def __init__(self, delay: float = 0.0, hold: threading.Event | None = None):
+        self.delay, self.hold, self.calls = delay, hold, 0
+        self.lock = threading.Lock()
+
+    def generate(self, request: dict) -> dict:
+        with self.lock:
+            self.calls += 1
+            if self.hold is not None:
+                self.hold.wait(10)
+            time.sleep(self.delay)
+        return chat_completion(request.get("model", "slow"), {"role": "assistant", "content": "ok"}, "stop", 1, 1)
+
+
+def post(server: ChatServer, timeout: float, seed: int = 0):
+    """(status, headers) of one chat request; ("timeout", None) when the client gives up first."""
+    body = json.dumps({"model": "slow", "messages": [{"role": "user", "content": "hi"}], "seed": seed}).encode()
+    req = urllib.request.Request(server.url + "/chat/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            json.load(r)
+            return r.status, r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+    except (TimeoutError, urllib.error.URLError):
+        return "timeout", None
+
+
+def in_threads(fn, n: int) -> list:
+    out = [None] * n
+    threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, fn(i))) for i in range(n)]
+    for t in threads:
+        t.start()
+        time.sleep(0.005)  # arrival order = index
+    for t in threads:
+        t.join()
+    return out
+
+
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_requests_whose_client_timed_out_are_not_computed(caplog, capfd):
+    """N clients time out (their requests queue behind a slow generation), then retry: N + 1 generations at most
+    (the abandoned one that was already running, then one per retry), not one per attempt."""
+    n, model = 8, SlowModel(delay=0.25)
+    caplog.set_level(logging.DEBUG)
+    with ChatServer(model.generate, workers=1) as server:
+        first = in_threads(lambda i: post(server, timeout=0.1, seed=i), n)
+        assert first == [("timeout", None)] * n
+        wait_for(lambda: server.dropped == n - 1)
+        retried = in_threads(lambda i: post(server, timeout=30, seed=i), n)
+        assert [status for status, _ in retried] == [200] * n
+        assert server.dropped == n - 1 and server.generated == model.calls <= n + 1 and server.abandoned <= 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_full_queue_answers_503_with_retry_after():
+    hold = threading.Event()
+    model = SlowModel(hold=hold)
+    with ChatServer(model.generate, workers=1, max_queue=2, retry_after=3) as server:
+        waiting = [threading.Thread(target=post, args=(server, 30)) for _ in range(2)]
+        for t in waiting:
+            t.start()
+        wait_for(lambda: server.requests == 2)
+        status, headers = post(server, timeout=5)
+        assert status == 503 and headers["Retry-After"] == "3" and server.rejected == 1
+        hold.set()
+        for t in waiting:
+            t.join()
+        assert post(server, timeout=5)[0] == 200 and model.calls == 3
+
+
+def test_the_llm_client_retries_a_503_until_it_is_served():
+    model = SlowModel(delay=0.1)
+    backbone = Backbone(name="slow", model="openai/slow", max_tokens=8)
+    with ChatServer(model.generate, workers=1, max_queue=1) as server:
+        client = LLMClient(backbone, None, RetryPolicy(max_attempts=20, base_delay=0.05, max_delay=0.2, timeout=30),
+                           api_base=server.url)
+
+        async def agents():
+            return await asyncio.gather(*[client.complete([{"role": "user", "content": "hi"}], None, seed=i)
+                                          for i in range(3)])
+
+        results = asyncio.run(agents())
+    assert all(r.error is None and r.message["content"] == "ok" for r in results)
+    assert server.rejected >= 1 and model.calls == 3  # rejected attempts cost no generation
