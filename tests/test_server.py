@@ -8,6 +8,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from ark.llm.client import Backbone, LLMClient, RetryPolicy
 from ark.llm.server import ChatServer, chat_completion
 
@@ -60,18 +62,21 @@ def wait_for(condition, seconds: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def test_requests_whose_client_timed_out_are_not_computed(caplog, capfd):
-    """N clients time out (their requests queue behind a slow generation), then retry: N + 1 generations at most
-    (the abandoned one that was already running, then one per retry), not one per attempt."""
+@pytest.mark.parametrize("keep", [False, True])
+def test_requests_whose_client_timed_out_are_not_computed(keep, caplog, capfd):
+    """N clients time out (their requests queue behind a slow generation), then retry: N + 1 generations (the
+    abandoned one that was already running, then one per retry), not one per attempt; N when the abandoned reply
+    answers its retry (``keep_abandoned``)."""
     n, model = 8, SlowModel(delay=0.25)
     caplog.set_level(logging.DEBUG)
-    with ChatServer(model.generate, workers=1) as server:
+    with ChatServer(model.generate, workers=1, keep_abandoned=keep) as server:
         first = in_threads(lambda i: post(server, timeout=0.1, seed=i), n)
         assert first == [("timeout", None)] * n
         wait_for(lambda: server.dropped == n - 1)
         retried = in_threads(lambda i: post(server, timeout=30, seed=i), n)
         assert [status for status, _ in retried] == [200] * n
-        assert server.dropped == n - 1 and server.generated == model.calls <= n + 1 and server.abandoned <= 1
+        assert server.dropped == n - 1 and server.abandoned == 1 and server.reused == keep
+        assert server.generated == model.calls == n + (not keep)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert "Traceback" not in capfd.readouterr().err
 
@@ -106,3 +111,18 @@ def test_the_llm_client_retries_a_503_until_it_is_served():
         results = asyncio.run(agents())
     assert all(r.error is None and r.message["content"] == "ok" for r in results)
     assert server.rejected >= 1 and model.calls == 3  # rejected attempts cost no generation
+
+
+def test_stopping_during_a_generation_waits_for_it_quietly(caplog, capfd):
+    """The server stops while a generation runs for a client still waiting: no traceback, and no generation thread
+    left behind (one inside torch when the process exits aborts it)."""
+    model = SlowModel(delay=0.5)
+    caplog.set_level(logging.DEBUG)
+    with ChatServer(model.generate, workers=1) as server:
+        waiting = threading.Thread(target=post, args=(server, 5))
+        waiting.start()
+        wait_for(lambda: model.calls == 1)
+    waiting.join()
+    assert not [t for t in threading.enumerate() if t.name.startswith("chat-generate")]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert "Traceback" not in capfd.readouterr().err

@@ -139,10 +139,10 @@ def local_server(cfg: DictConfig):
     model = LocalChatModel(**OmegaConf.to_container(b.local, resolve=True), cache_dir=cfg.paths.models,
                            threads=cfg.cpu_threads)
     # one generation at a time; every agent in flight has one request outstanding, so a queue of twice that never
-    # turns one away (a request whose client timed out leaves the queue uncomputed)
+    # turns one away (a request whose client timed out leaves the queue uncomputed, or its reply answers the retry)
     agents = OmegaConf.select(cfg, "eval.concurrency", default=8) * OmegaConf.select(cfg, "agent.n_agents", default=1)
     with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1], workers=1,
-                    max_queue=max(16, 2 * agents)) as server:
+                    max_queue=max(16, 2 * agents), keep_abandoned=True) as server:
         yield server, model.identity
 
 

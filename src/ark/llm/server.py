@@ -6,21 +6,25 @@ so that any local model is reached through litellm exactly like a hosted one
 (``model="openai/<name>"``, ``api_base=server.url``). Used for the embedded SmolLM2 model, and by the
 tests with a scripted generator as the fake endpoint.
 
-Under load: at most ``workers`` generations run at once, each in its own thread, the other requests wait in
-arrival order; at most ``max_queue`` requests are admitted (waiting or running), beyond that the answer is 503 with
+Under load: at most ``workers`` generations run at once, in worker threads, the other requests wait in arrival
+order; at most ``max_queue`` requests are admitted (waiting or running), beyond that the answer is 503 with
 ``Retry-After`` (litellm raises ``ServiceUnavailableError``, which the client retries). A request whose client goes
-away (a timeout) while it waits is dropped without being computed, so a client's retries never pile up work; one
-already being computed runs to its end and its reply goes nowhere, quietly.
+away (a timeout) while it waits is dropped without being computed; one already being computed runs to its end.
+With ``keep_abandoned`` (a model whose reply is a function of the request, as the embedded one) that reply then
+answers the client's retry, the same body, instead of a second generation: timeouts and retries add no generation.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 from starlette.applications import Starlette
@@ -65,15 +69,18 @@ class ChatServer:
 
     ``workers``: generations at once (1 for a model that computes one request at a time); ``max_queue``: requests
     admitted, waiting or running. Counters: ``requests`` received, ``generated`` (``generate`` called),
-    ``dropped`` (client gone before its turn), ``abandoned`` (generated, but the client had gone), ``rejected``
-    (503, queue full)."""
+    ``dropped`` (client gone before its turn), ``abandoned`` (generated, but the client had gone), ``reused`` (a
+    retry answered by such a generation), ``rejected`` (503, queue full)."""
 
     def __init__(self, generate, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
-                 workers: int = 64, max_queue: int = 256, retry_after: int = 1):
+                 workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False):
         self.generate, self.model_name = generate, model_name
-        self.max_queue, self.retry_after = max_queue, retry_after
-        self.requests = self.generated = self.dropped = self.abandoned = self.rejected = 0
+        self.max_queue, self.retry_after, self.keep_abandoned = max_queue, retry_after, keep_abandoned
+        self.requests = self.generated = self.dropped = self.abandoned = self.reused = self.rejected = 0
         self._admitted, self._slots = 0, asyncio.Semaphore(workers)
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="chat-generate")
+        self._running: dict[str, list] = {}  # request key -> [future, request, claimed by a retry]
+        self._kept: OrderedDict[str, dict] = OrderedDict()  # request key -> a reply whose client had gone
         self.socket = socket.create_server((host, port), backlog=256)
         app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["GET", "POST"])])
         config = uvicorn.Config(app, http="h11", lifespan="off", log_config=None, log_level="warning",
@@ -96,12 +103,14 @@ class ChatServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.uvicorn.should_exit = self.uvicorn.force_exit = True  # a generation still running is abandoned
+        self.uvicorn.should_exit = self.uvicorn.force_exit = True
         self.thread.join(timeout=10)
         self.socket.close()
-        log.info("chat server: %d requests, %d generated (%d for a client gone), %d dropped uncomputed (client gone), "
-                 "%d turned away (queue full)", self.requests, self.generated, self.abandoned, self.dropped,
-                 self.rejected)
+        # a generation still running (its client gone) ends first: a thread inside torch at exit aborts the process
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        log.info("chat server: %d requests, %d generated (%d for a client gone, %d of them reused by its retry), "
+                 "%d dropped uncomputed (client gone), %d turned away (queue full)", self.requests, self.generated,
+                 self.abandoned, self.reused, self.dropped, self.rejected)
 
     # ------------------------------------------------------------------ requests
     async def _handle(self, request: Request) -> Response:
@@ -120,27 +129,52 @@ class ChatServer:
         try:
             try:
                 body = json.loads(await request.body() or b"{}")
-            except ClientDisconnect:
-                self.dropped += 1
-                return Response(status_code=499)
             except ValueError as e:
                 return _error(400, f"the body is not JSON: {e}")
-            if not await self._turn(request):
-                self.dropped += 1
-                return Response(status_code=499)  # nobody reads it
-            try:
-                self.generated += 1
-                result = await self._in_thread(body)
-                self.abandoned += await request.is_disconnected()
-                return JSONResponse(result)
-            except HTTPError as e:
-                return _error(e.status, e.message)
-            except Exception as e:  # a bug in the generator is a 500 for the client, not a dead server
-                return _error(500, f"{type(e).__name__}: {e}")
-            finally:
-                self._slots.release()
+            return JSONResponse(await self._reply(request, body))
+        except ClientDisconnect:
+            self.dropped += 1
+            return Response(status_code=499)  # nobody reads it
+        except asyncio.CancelledError:  # the server is stopping
+            return Response(status_code=503)
+        except HTTPError as e:
+            return _error(e.status, e.message)
+        except Exception as e:  # a bug in the generator is a 500 for the client, not a dead server
+            return _error(500, f"{type(e).__name__}: {e}")
         finally:
             self._admitted -= 1
+
+    async def _reply(self, request: Request, body: dict) -> dict:
+        """``generate(body)`` in a worker thread, in turn; with ``keep_abandoned``, the reply to the same body
+        generated (or being generated) for a client that has gone."""
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        if self.keep_abandoned:
+            if key in self._kept:
+                self.reused += 1
+                return self._kept.pop(key)
+            running = self._running.get(key)
+            if running is not None and not running[2] and await running[1].is_disconnected():
+                running[2] = True
+                self.reused += 1
+                return await asyncio.shield(running[0])
+        if not await self._turn(request):
+            raise ClientDisconnect()
+        running = [asyncio.get_running_loop().run_in_executor(self._pool, self.generate, body), request, False]
+        self._running[key] = running
+        self.generated += 1
+        try:
+            result = await running[0]
+        finally:
+            self._slots.release()
+            if self._running.get(key) is running:
+                del self._running[key]
+        if await request.is_disconnected():
+            self.abandoned += 1
+            if self.keep_abandoned and not running[2]:
+                self._kept[key] = result
+                while len(self._kept) > 64:
+                    self._kept.popitem(last=False)
+        return result
 
     async def _turn(self, request: Request) -> bool:
         """Wait for a free worker, in arrival order: True holding one, False (holding none) if the client left first."""
@@ -156,25 +190,3 @@ class ChatServer:
         else:
             slot.cancel()
         return False
-
-    def _in_thread(self, body: dict) -> asyncio.Future:
-        """``generate(body)`` in a daemon thread (a generation still running at exit does not hold the process)."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def settle(ok: bool, value) -> None:
-            if not future.cancelled():
-                future.set_result(value) if ok else future.set_exception(value)
-
-        def work() -> None:
-            try:
-                outcome = True, self.generate(body)
-            except Exception as e:
-                outcome = False, e
-            try:
-                loop.call_soon_threadsafe(settle, *outcome)
-            except RuntimeError:  # the server has stopped
-                pass
-
-        threading.Thread(target=work, daemon=True).start()
-        return future
