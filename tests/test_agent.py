@@ -208,6 +208,32 @@ def test_a_call_that_keeps_failing_is_recorded_not_raised():
     assert traj.steps == 1 and not traj.finished
 
 
+def test_a_conversation_that_would_overflow_the_context_window_ends_cleanly_before_the_call():
+    from ark.eval.trajectories import run_statistics
+    from ark.runs.records import QueryRecord
+
+    tb = toolbox()
+    first = LLMClient(fake_backbone(), None, FAST_RETRY).request(
+        [{"role": "system", "content": "s"}], tb.schemas(), 0)
+    endpoint = ScriptedEndpoint(script=lambda request: call("search_in_graph", {"query": "connective tissue"}))
+    trajectories = {}
+    with endpoint.serve() as server:
+        for window in (10 ** 6, None):
+            client = LLMClient(fake_backbone(context_window=window), None, FAST_RETRY, api_base=server.url)
+            if window is None:  # room for the first request and its reply, not for the first observation's
+                from ark.agent.prompt import system_prompt, user_prompt
+
+                msgs = [{"role": "system", "content": system_prompt(tb, 5)}, {"role": "user", "content": user_prompt("x")}]
+                client.context_window = client.count_tokens({**first, "messages": msgs}) + 64 + 40
+            policy = LLMPolicy(client, tb)
+            trajectories[window] = asyncio.run(run_agent(policy.session("x", 0), tb, "x", T_max=5, agent=0))
+    roomy, tight = trajectories[10 ** 6], trajectories[None]
+    assert roomy.steps == 5 and not roomy.context_full
+    assert tight.steps == 1 and tight.context_full and not tight.errors and endpoint.calls == 5 + 1
+    stats = run_statistics([QueryRecord(id="q", query="x", ranking=[], agents=[roomy, tight])])
+    assert stats["context_full_share"] == 0.5
+
+
 def test_secret_never_reaches_records(monkeypatch):
     monkeypatch.setenv("ARK_TEST_KEY", "sk-very-secret-value")
     endpoint = ScriptedEndpoint()
@@ -374,3 +400,16 @@ def test_a_runaway_reply_is_cut_before_it_is_stored_or_sent_back():
     assert len(replies) == 2 and all(len(m["content"]) < 17_000 for m in replies)
     assert replies[0]["content"].endswith("(reply cut at 16,000 of 300,000 characters)")
     assert traj.invalid_calls == 2  # the cut arguments are no valid JSON: an error observation, the run goes on
+
+
+def test_a_retry_waits_as_long_as_the_server_asked_in_seconds():
+    from types import SimpleNamespace
+
+    from ark.llm.client import _retry_after
+
+    def error(headers):
+        return SimpleNamespace(response=SimpleNamespace(headers=headers))
+
+    assert _retry_after(error({"retry-after": "7"})) == 7.0
+    assert _retry_after(error({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"})) == 0.0
+    assert _retry_after(error({})) == 0.0 and _retry_after(ValueError("no response")) == 0.0

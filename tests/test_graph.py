@@ -54,3 +54,19 @@ def test_save_load_round_trip(tmp_path):
 def test_load_missing_graph_names_the_stage(tmp_path):
     with pytest.raises(UserError, match="build_graph"):
         Graph.load(tmp_path / "nothing")
+
+
+def test_a_changed_byte_that_passes_the_range_checks_fails_the_checksum(tmp_path):
+    import json
+
+    g = tiny_graph()
+    g.save(tmp_path / "g")
+    files = json.loads((tmp_path / "g" / "summary.json").read_text())["files"]
+    assert set(files) >= {"nodes.parquet", "edges.parquet", "schema.json", "csr_nbr.npy"}
+    Graph.load(tmp_path / "g")
+    nbr = np.load(tmp_path / "g" / "csr_nbr.npy")
+    nbr[[0, 2]] = nbr[[2, 0]]  # still valid ids, same size: only the checksum can tell
+    assert not np.array_equal(nbr, np.load(tmp_path / "g" / "csr_nbr.npy"))
+    np.save(tmp_path / "g" / "csr_nbr.npy", nbr)
+    with pytest.raises(UserError, match=r"csr_nbr.npy: its size or checksum differs"):
+        Graph.load(tmp_path / "g")

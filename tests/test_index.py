@@ -78,3 +78,13 @@ def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
     for native in (True, False):
         monkeypatch.setattr(weights, "cpu_has_bf16", lambda native=native: native)
         assert index_settings(cfg.retriever)["params"] == {"bf16": native}
+
+
+@pytest.mark.parametrize("name, damage", [("ark_bm25.json", b'{"stopwords": '), ("params.index.json", b"\x00\x01"),
+                                          ("vocab.index.json", b"[1, 2")])
+def test_a_damaged_bm25_index_is_one_clear_error(tmp_path, name, damage):
+    BM25Index.build(DOCS).save(tmp_path / "bm25")
+    assert (tmp_path / "bm25" / name).exists()
+    (tmp_path / "bm25" / name).write_bytes(damage)
+    with pytest.raises(UserError, match=r"damaged bm25 index at .*bm25 .*rebuild it \(build_index\)"):
+        load_relevance("bm25", tmp_path / "bm25")

@@ -89,12 +89,17 @@ def cut(name, keep=0.5):
     return damage
 
 
-def npy(name, change):
+def npy(name, change, checksums=True):
+    """A CSR array changed in place; ``checksums=False``: as in a graph whose summary has none (the range checks
+    must catch it)."""
     def damage(p):
         path = p / "data/graph/biokg" / f"csr_{name}.npy"
         a = np.load(path)
         change(a)
         np.save(path, a)  # same size, same dtype
+        if not checksums:
+            summary = p / "data/graph/biokg/summary.json"
+            summary.write_text(json.dumps({k: v for k, v in json.loads(summary.read_text()).items() if k != "files"}))
     return damage
 
 
@@ -211,7 +216,12 @@ CASES = [
     # graph files
     ("graph-missing-array", "evaluate", [], remove("data/graph/biokg/csr_nbr.npy"), "missing csr_nbr.npy", False),
     ("graph-cut-array", "evaluate", [], cut("data/graph/biokg/csr_rel.npy", 0.8), "csr_rel.npy", False),
-    ("graph-nbr-out-of-range", "evaluate", [], npy("nbr", set_at(3, 10**6)), "csr_nbr.npy: expected", True),
+    ("graph-nbr-out-of-range", "evaluate", [], npy("nbr", set_at(3, 10**6)), "csr_nbr.npy: its size or checksum",
+     True),
+    ("graph-nbr-out-of-range-unsummed", "evaluate", [], npy("nbr", set_at(3, 10**6), checksums=False),
+     "csr_nbr.npy: expected", False),
+    ("graph-rel-unsummed", "baseline", [], npy("rel", set_at(0, 99), checksums=False), "csr_rel.npy: expected",
+     False),
     ("graph-nbr-negative", "baseline", [], npy("nbr", set_at(0, -1)), "csr_nbr.npy", False),
     ("graph-indptr", "evaluate", [], npy("indptr", swap_indptr), "csr_indptr.npy", False),
     ("graph-indptr-end", "evaluate", [], npy("indptr", set_at(-1, 7)), "csr_indptr.npy", False),

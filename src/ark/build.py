@@ -7,6 +7,7 @@ Adding a backbone: a ``conf/backbone/<name>.yaml`` with one of the ``kind`` valu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
 
 @contextlib.contextmanager
 def local_server(cfg: DictConfig):
-    """(server, model identity) of the embedded model behind a loopback OpenAI-compatible server."""
+    """(server, model) of the embedded model behind a loopback OpenAI-compatible server."""
     from ark.llm.local import LocalChatModel
     from ark.llm.server import ChatServer
 
@@ -143,16 +144,21 @@ def local_server(cfg: DictConfig):
     agents = OmegaConf.select(cfg, "eval.concurrency", default=8) * OmegaConf.select(cfg, "agent.n_agents", default=1)
     with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1], workers=1,
                     max_queue=max(16, 2 * agents), keep_abandoned=True) as server:
-        yield server, model.identity
+        yield server, model
 
 
-def client(cfg: DictConfig, api_base: str | None = None, endpoint_identity: dict | None = None):
+def client(cfg: DictConfig, api_base: str | None = None, local_model=None):
+    """The LLM client of ``cfg.backbone``; ``local_model``: the embedded model behind ``api_base``."""
     from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
 
     cache = ResponseCache(cfg.llm.cache) if cfg.llm.cache else None
     retry = RetryPolicy(**OmegaConf.to_container(cfg.llm.retry))
-    return LLMClient(Backbone.from_cfg(cfg.backbone), cache, retry, api_base=api_base,
-                     endpoint_identity=endpoint_identity)
+    if local_model is not None:
+        retry = dataclasses.replace(retry, timeout=retry.local_timeout)
+    local = {} if local_model is None else dict(
+        endpoint_identity=local_model.identity, context_window=local_model.context_window,
+        count_tokens=lambda req: len(local_model.encode(local_model.render(req))))
+    return LLMClient(Backbone.from_cfg(cfg.backbone), cache, retry, api_base=api_base, **local)
 
 
 @contextlib.contextmanager
@@ -169,8 +175,8 @@ def policy(cfg: DictConfig, tools):
     from ark.agent.policies import LLMPolicy
 
     if b.kind == "local":
-        with local_server(cfg) as (server, identity):
-            yield LLMPolicy(client(cfg, server.url, identity), tools, cfg.seed)
+        with local_server(cfg) as (server, model):
+            yield LLMPolicy(client(cfg, server.url, model), tools, cfg.seed)
         return
     if b.kind == "litellm":
         yield LLMPolicy(client(cfg), tools, cfg.seed)

@@ -3,7 +3,8 @@
 Messages are OpenAI chat format. Native tool calls get ``tool`` messages; a reply without native
 calls is parsed for JSON calls in its text (the text protocol), whose results come back as ``user``
 messages. An invalid call gets an error observation and the trajectory goes on; a model call that
-fails after its retries ends the trajectory and is recorded.
+fails after its retries ends the trajectory and is recorded, and so does a conversation that has grown past the
+backbone's context window (``context_full``: the policy makes no call that could not fit).
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
     observations: list[Observation] = []
     for step in range(T_max):
         reply = await session.act(messages, observations)
+        if reply.context_full:
+            traj.context_full = True
+            _emit(on_event, "context_full", agent=agent, step=step)
+            break
         traj.steps += 1
         traj.model_time.append(round(reply.latency, 4))
         traj.tokens.append([reply.prompt_tokens, reply.completion_tokens])

@@ -35,6 +35,7 @@ def run_statistics(records: list[QueryRecord]) -> dict:
         "cost_usd": round(sum(a.cost for a in agents), 6),
         "cost_per_query_usd": round(sum(a.cost for a in agents) / n_q, 6),
         "failed_llm_calls": int(sum(len(a.errors) for a in agents)),
+        "context_full_share": round(float(np.mean([a.context_full for a in agents])), 4),
     }
 
 

@@ -48,12 +48,16 @@ def build_relevance(kind: str, docs, params: dict):
 
 
 def load_relevance(kind: str, directory: str | Path) -> Relevance:
+    """The index in ``directory``; a damaged file is one clear error naming the directory."""
     if kind == "bm25":
-        from ark.index.bm25 import BM25Index
-
-        return BM25Index.load(directory)
-    if kind == "dense":
-        from ark.index.dense import DenseIndex
-
-        return DenseIndex.load(directory)
-    raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")
+        from ark.index.bm25 import BM25Index as index
+    elif kind == "dense":
+        from ark.index.dense import DenseIndex as index
+    else:
+        raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")
+    try:
+        return index.load(directory)
+    except (OSError, ValueError, KeyError, TypeError, EOFError) as e:  # json's, numpy's and scipy's errors included
+        why = " ".join(str(e).split())[:300]
+        raise UserError(f"damaged {kind} index at {directory} ({type(e).__name__}: {why}); rebuild it "
+                        "(build_index)") from None

@@ -71,6 +71,7 @@ class RetryPolicy:
     base_delay: float = 1.0
     max_delay: float = 30.0
     timeout: float = 120.0
+    local_timeout: float = 3600.0  # the embedded model: one slow CPU generation is not a failure to retry
 
 
 @dataclass
@@ -87,6 +88,7 @@ class Backbone:
     tool_mode: str = "native"  # native tool calls, or "text": tools described in the prompt, calls parsed
     tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
     extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
+    context_window: int | None = None  # tokens, prompt and reply; null: the local model's, or litellm's model info
 
     @classmethod
     def from_cfg(cls, cfg) -> "Backbone":
@@ -102,8 +104,12 @@ def request_key(request: dict) -> str:
 
 
 class LLMClient:
+    """``context_window`` and ``count_tokens(request)`` (a local model's exact count) default to litellm's model
+    info and token counter; a request that would not fit with its longest reply is not sent (``context_full``)."""
+
     def __init__(self, backbone: Backbone, cache: ResponseCache | None = None, retry: RetryPolicy = RetryPolicy(),
-                 api_base: str | None = None, endpoint_identity: dict | None = None):
+                 api_base: str | None = None, endpoint_identity: dict | None = None,
+                 context_window: int | None = None, count_tokens=None):
         self.backbone = backbone
         self.cache = cache
         self.retry = retry
@@ -111,6 +117,18 @@ class LLMClient:
         # what answers: a local model's identity (its loopback port changes every run), else the server address
         self.endpoint = endpoint_identity if endpoint_identity is not None else {"api_base": self.api_base}
         self.calls = 0  # model calls actually made (cache hits excluded)
+        self.context_window = backbone.context_window or context_window or _litellm_window(backbone.model)
+        self.count_tokens = count_tokens or (lambda req: litellm.token_counter(
+            model=req["model"], messages=req["messages"], tools=req.get("tools")))
+
+    def fits(self, req: dict) -> bool:
+        """Whether the request's prompt plus ``max_tokens`` fits the context window (an unknown window: yes).
+        Tokens are counted only when a byte count cannot tell: a token is at least one byte of the text."""
+        if self.context_window is None:
+            return True
+        room = self.context_window - req["max_tokens"]
+        text = json.dumps([req["messages"], req.get("tools")], ensure_ascii=False).encode()
+        return len(text) + 64 * len(req["messages"]) + 1024 <= room or self.count_tokens(req) <= room
 
     def request(self, messages: list[dict], tools: list[dict] | None, seed: int) -> dict:
         b = self.backbone
@@ -126,6 +144,8 @@ class LLMClient:
     async def complete(self, messages: list[dict], tools: list[dict] | None, agent_index: int = 0,
                        seed: int = 0) -> LLMResult:
         req = self.request(messages, tools, seed)
+        if not self.fits(req):
+            return LLMResult(None, context_full=True)
         key = request_key({**req, "agent_index": agent_index, "endpoint": self.endpoint})
         secrets = known_keys(self.backbone.api_key_env)
         if self.cache is not None:
@@ -154,10 +174,28 @@ class LLMClient:
                 error = f"{type(e).__name__}: {_one_line(e)}"
                 if attempt < self.retry.max_attempts:
                     delay = min(self.retry.max_delay, self.retry.base_delay * 2 ** (attempt - 1))
-                    await asyncio.sleep(delay * (0.5 + random.random() / 2))
+                    delay *= 0.5 + random.random() / 2
+                    await asyncio.sleep(min(self.retry.max_delay, max(delay, _retry_after(e))))
             except Exception as e:  # bad request, auth, malformed response: retrying will not help
                 return LLMResult(None, attempts=attempt, error=f"{type(e).__name__}: {_one_line(e)}")
         return LLMResult(None, attempts=self.retry.max_attempts, error=error)
+
+
+def _retry_after(e: Exception) -> float:
+    """Seconds the server asked to wait (a 429's or 503's Retry-After header in seconds), else 0."""
+    headers = getattr(getattr(e, "response", None), "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("retry-after", 0)))
+    except (TypeError, ValueError):  # an HTTP date: the backoff applies
+        return 0.0
+
+
+def _litellm_window(model: str) -> int | None:
+    """The model's input limit in litellm's offline model map, None for a model it does not list."""
+    try:
+        return litellm.get_model_info(model).get("max_input_tokens")
+    except Exception:  # litellm raises a bare Exception for unknown models
+        return None
 
 
 def _result(resp, latency: float, attempts: int) -> LLMResult:

@@ -23,7 +23,7 @@ import llguidance.hf
 import numpy as np
 import torch
 
-STRING_MAX_LENGTH = 100  # strings without maxLength are cut here
+STRING_MAX_LENGTH = 100  # strings are cut here (a tool's own maxLength where smaller): a small model's budget
 STRING_MIN_LENGTH = 1  # strings without minLength must not be empty (an empty query is an error)
 JSON_FORMAT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 # the characters a closing tries, in order: in an open string its end quote, else a filler letter;
@@ -38,8 +38,8 @@ MAX_CLOSING = 4096  # tokens; a closing this long means the grammar cannot be co
 
 
 def grammar_schema(schema):
-    """A parameter schema as the grammar uses it: strings without length bounds get
-    ``minLength`` 1 and ``maxLength`` 100, and objects allow only their listed properties unless
+    """A parameter schema as the grammar uses it: strings get ``maxLength`` 100 (or the schema's, if smaller) and,
+    without one, ``minLength`` 1, and objects allow only their listed properties unless
     ``additionalProperties`` says otherwise (the schema itself is not changed)."""
     if isinstance(schema, list):
         return [grammar_schema(s) for s in schema]
@@ -53,7 +53,7 @@ def grammar_schema(schema):
             out[k] = v if k in VALUES else grammar_schema(v)
     types = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
     if "string" in types and "enum" not in schema and "const" not in schema:
-        out.setdefault("maxLength", STRING_MAX_LENGTH)
+        out["maxLength"] = min(out.get("maxLength", STRING_MAX_LENGTH), STRING_MAX_LENGTH)
         out.setdefault("minLength", min(STRING_MIN_LENGTH, out["maxLength"]))
     if "object" in types or "properties" in schema:
         out.setdefault("additionalProperties", False)

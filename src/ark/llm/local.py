@@ -132,7 +132,8 @@ class LocalChatModel:
         self.constrained, self.name = constrained, name
         # what determines the replies to a request (the response cache keys a local endpoint by it)
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
-                         "prefill_chunk": PREFILL_CHUNK}  # chunking changes bf16 replies: part of what they depend on
+                         "prefill_chunk": PREFILL_CHUNK,  # chunking and threads change bf16 replies: part of what they depend on
+                         "threads": torch.get_num_threads()}
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()

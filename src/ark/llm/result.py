@@ -14,3 +14,4 @@ class LLMResult:
     attempts: int = 0
     cached: bool = False
     error: str | None = None
+    context_full: bool = False  # no call made: the request and its longest reply would not fit the context window

@@ -43,6 +43,11 @@ def resolve_dtype(dtype: str) -> str:
     return "bfloat16" if cpu_has_bf16() else "float32"
 
 
+def resolve_threads(threads: int | None) -> int:
+    """The torch threads a model computes with: ``threads``, or torch's default for this machine."""
+    return int(threads) if threads else torch.get_num_threads()
+
+
 def torch_dtype(dtype) -> torch.dtype:
     return dtype if isinstance(dtype, torch.dtype) else DTYPES[resolve_dtype(dtype)]
 

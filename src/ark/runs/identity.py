@@ -2,7 +2,8 @@
 
 A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(cfg, stage)``,
 (``run_name``), so two configurations never share a directory and the same configuration resumes. Settings that cannot
-change a result (paths, logger, concurrency, progress bars, cache location, threads) are not part of it.
+change a result (paths, logger, concurrency, progress bars, cache location) are not part of it. The embedded model's
+thread count is: it changes the order of its sums, and so bfloat16 replies.
 """
 from __future__ import annotations
 
@@ -72,10 +73,11 @@ def identity(cfg: DictConfig, stage: str) -> dict:
                     value[file_key] = Path(str(value[file_key])).name
             if key == "backbone" and isinstance(value.get("local"), dict):
                 local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
-                if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another
-                    from ark.llm.weights import resolve_dtype
+                from ark.llm.weights import resolve_dtype, resolve_threads
 
+                if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another
                     local["dtype"] = resolve_dtype(local["dtype"])
+                local["threads"] = resolve_threads(OmegaConf.select(cfg, "cpu_threads", default=None))
                 if local.get("adapter"):  # a retrained adapter at the same path is another model
                     local["adapter_sha256"] = sha256_tree(local["adapter"])
                 value["local"] = local

@@ -27,6 +27,7 @@ class Trajectory:
     replies_without_call: int = 0
     errors: list[str] = field(default_factory=list)  # model calls that failed after their retries
     replayed_steps: int = 0  # steps answered from the LLM cache (their model time is the recorded one)
+    context_full: bool = False  # ended because the next request would not fit the backbone's context window
 
     @property
     def prompt_tokens(self) -> int:

@@ -3,6 +3,8 @@
 Ablations are tool-set configurations: ``neighbors=False`` removes ``search_in_neighborhood``,
 ``query_param=False`` removes its ``query`` parameter, ``type_filters=False`` removes
 ``node_type``/``edge_type``. Every invalid call returns an error observation; nothing raises.
+Text from the graph is untrusted: a node's name and snippet appear in observations as JSON strings
+(``quoted``), and the system prompt tells the model that they are data, not instructions.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ class Toolbox:
                 "Search all nodes of the knowledge graph by text relevance (BM25) to a query. "
                 f"Returns the `size` best nodes (default {c.global_k}, at most {c.global_k_max}).",
                 {
-                    "query": {"type": "string", "description": "Search text."},
+                    "query": {"type": "string", "maxLength": c.argument_chars, "description": "Search text."},
                     "size": {"type": "integer", "minimum": 1, "maximum": c.global_k_max,
                              "description": "Number of nodes to return."},
                 },
@@ -88,7 +90,7 @@ class Toolbox:
             params: dict = {"node_index": {"type": "integer", "minimum": 0, "maximum": g.num_nodes - 1,
                                            "description": "Index of the node whose neighbors to list."}}
             if c.query_param:
-                params["query"] = {"type": "string",
+                params["query"] = {"type": "string", "maxLength": c.argument_chars,
                                    "description": "Optional text; neighbors are ranked by relevance to it."}
             if c.type_filters:
                 params["node_type"] = _type_filter(g.node_type_names, "Keep only neighbors of these node types.")
@@ -107,13 +109,14 @@ class Toolbox:
             {"answer_nodes": {"type": "array", "minItems": 1, "items": {
                 "type": "object",
                 "properties": {"node_index": {"type": "integer", "minimum": 0, "maximum": g.num_nodes - 1},
-                               "reasoning": {"type": "string"}},
+                               "reasoning": {"type": "string", "maxLength": c.argument_chars}},
                 "required": ["node_index"],
             }}},
             ["answer_nodes"],
         ))
         tools.append(_function("finish", "Stop: the answer list is final.",
-                               {"comment": {"type": "string", "description": "Optional remark."}}, []))
+                               {"comment": {"type": "string", "maxLength": c.argument_chars,
+                                            "description": "Optional remark."}}, []))
         return tools
 
     # ------------------------------------------------------------------ dispatch
@@ -232,8 +235,9 @@ class Toolbox:
         return obs
 
     def _name(self, v: int) -> str:
+        """The node's name, cut to ``name_chars`` and quoted (see ``quoted``)."""
         name, n = str(self.graph.name[v]), self.config.name_chars
-        return name if len(name) <= n else name[: n - 3] + "..."
+        return quoted(name if len(name) <= n else name[: n - 3] + "...")
 
     def _node(self, v) -> int:
         try:
@@ -254,7 +258,7 @@ class Toolbox:
             raise ToolError(str(e)) from None
 
     def _label(self, v: int) -> str:
-        return f"[{v}] {self.graph.type_name(v)} \"{self._name(v)}\""
+        return f"[{v}] {self.graph.type_name(v)} {self._name(v)}"
 
     def _line(self, v: int, score: float | None, links: str = "") -> str:
         parts = [f"[{v}] {self.graph.type_name(v)} | {self._name(v)}"]
@@ -262,7 +266,7 @@ class Toolbox:
             parts.append(f"score {score:.2f}")
         if links:
             parts.append(links)
-        parts.append(self.snippet(v))
+        parts.append(quoted(self.snippet(v)))
         return " | ".join(parts)
 
     def snippet(self, v: int) -> str:
@@ -273,6 +277,12 @@ class Toolbox:
         text = " ".join(l for l in lines if not l.startswith(("name:", "type:", "source:", "details:")))
         text = re.sub(r"\s+", " ", text).strip()
         return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def quoted(text: str) -> str:
+    """Graph text (a node's name or snippet) as one JSON string: whatever it says, it cannot end its quotes or
+    start a line of its own, so it cannot pass for a tool's own output or another node."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _function(name: str, description: str, properties: dict, required: list[str]) -> dict:
