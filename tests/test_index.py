@@ -88,3 +88,71 @@ def test_a_damaged_bm25_index_is_one_clear_error(tmp_path, name, damage):
     (tmp_path / "bm25" / name).write_bytes(damage)
     with pytest.raises(UserError, match=r"damaged bm25 index at .*bm25 .*rebuild it \(build_index\)"):
         load_relevance("bm25", tmp_path / "bm25")
+
+
+def bm25s_reference(docs, method, tmp_path):
+    """The index bm25s itself builds (its tokeniser and ``BM25.index``), terms renumbered in sorted order: the
+    test oracle for ``BM25Index.build``."""
+    import bm25s
+    import Stemmer
+
+    tokens = bm25s.tokenize(list(docs), stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
+    terms = sorted(tokens.vocab, key=tokens.vocab.get)
+    rank = {t: i for i, t in enumerate(sorted(terms))}
+    ids = [[rank[terms[i]] for i in doc] for doc in tokens.ids]
+    retriever = bm25s.BM25(k1=1.2, b=0.75, method=method)
+    retriever.index(type(tokens)(ids=ids, vocab={t: rank[t] for t in terms}), show_progress=False)
+    retriever.vocab_dict = dict(sorted(retriever.vocab_dict.items(), key=lambda item: item[1]))
+    retriever.save(str(tmp_path))
+    return tmp_path
+
+
+def random_corpus(n_docs, seed=0):
+    """Zipf-like words, some very common, stop words, capitals, non-ASCII, empty documents and repeats."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(2000)] + ["the", "of", "Gene", "gène", "ÅLAND", "kinases", "kinase", "x"]
+    p = 1.0 / np.arange(1, len(vocab) + 1) ** 1.1
+    docs = []
+    for i in range(n_docs):
+        n = 0 if i % 97 == 0 else int(rng.integers(1, 60))
+        docs.append(" ".join(rng.choice(vocab, size=n, p=p / p.sum())) + (", w1-w2." if i % 5 == 0 else ""))
+    return docs
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+def test_the_chunked_build_is_byte_identical_to_bm25s(tmp_path, method):
+    docs = random_corpus(700) + DOCS
+    ours = tmp_path / "ours"
+    BM25Index.build(docs, method=method, chunk_docs=64).save(ours)
+    theirs = bm25s_reference(docs, method, tmp_path / "bm25s")
+    names = sorted(p.name for p in theirs.iterdir())
+    assert "data.csc.index.npy" in names and ("nonoccurrence_array.index.npy" in names) == (method in ("bm25l", "bm25+"))
+    for name in names:
+        assert (ours / name).read_bytes() == (theirs / name).read_bytes(), name
+
+
+def reference_search(index, query, k):
+    scores = np.zeros(index.num_docs, dtype=np.float32)
+    for t in index.term_ids(query):
+        lo, hi = index.indptr[t], index.indptr[t + 1]
+        scores[index.indices[lo:hi]] += index.data[lo:hi]
+    return top_k(scores, k), scores
+
+
+def test_pruned_search_and_neighbor_scores_equal_the_whole_corpus_sums(monkeypatch):
+    index = BM25Index.build(random_corpus(6000, seed=1))
+    monkeypatch.setattr("ark.index.bm25.COMMON_POSTINGS", 50)  # w0..w30 are common at this size
+    pruned = []
+    out_of_reach = BM25Index._out_of_reach
+    monkeypatch.setattr(BM25Index, "_out_of_reach", lambda self, *a: pruned.append(out_of_reach(self, *a)) or pruned[-1])
+    rng = np.random.default_rng(2)
+    for i in range(300):
+        words = [f"w{int(rng.zipf(1.3)) % 2000}" for _ in range(int(rng.integers(1, 6)))]
+        query, k = " ".join(words), int(rng.choice([1, 5, 20, 100]))
+        (ids, scores), full = reference_search(index, query, k)
+        got_ids, got_scores = index.search(query, k)
+        assert got_ids.tolist() == ids.tolist() and got_scores.tobytes() == scores.tobytes(), query
+        for n in (3, 40, 3000):  # neighbor sets shorter and longer than the posting lists
+            some = np.unique(rng.integers(0, index.num_docs, size=n))
+            assert index.score(query, some).tobytes() == full[some].tobytes(), query
+    assert sum(pruned) > 30 and not all(pruned)  # both paths were taken
