@@ -38,14 +38,17 @@ class BM25Index:
         self.stemmer_name = stemmer
         self._stemmer = Stemmer.Stemmer(stemmer) if stemmer else None
         s = retriever.scores
-        self.data, self.indices, self.indptr = s["data"], s["indices"], s["indptr"]
+        # plain arrays over the (memory-mapped) files: slicing a np.memmap costs microseconds a slice
+        self.data, self.indices, self.indptr = (np.asarray(s[a]).view(np.ndarray) for a in ("data", "indices", "indptr"))
+        self._split = re.compile(TOKEN_PATTERN).findall
+        self._stop = frozenset(_infer_stopwords(stopwords))
         self.num_docs = int(s["num_docs"])
         self._max_scores: dict[int, float] = {}
 
     # ------------------------------------------------------------------ build / io
     @classmethod
     def build(cls, docs, k1: float = 1.2, b: float = 0.75, method: str = "lucene",
-              stopwords: str = "en", stemmer: str | None = "english", chunk_docs: int = 20_000) -> "BM25Index":
+              stopwords: str = "en", stemmer: str | None = "english", chunk_docs: int = 2000) -> "BM25Index":
         """The index bm25s would build from ``bm25s.tokenize`` and ``BM25.index`` (byte for byte, with terms
         numbered in sorted order), built in chunks of documents straight to term ids and counted with numpy
         and scipy, so that neither the tokenised corpus nor a Python object per token is ever held."""
@@ -78,11 +81,10 @@ class BM25Index:
 
     # ------------------------------------------------------------------ scoring
     def term_ids(self, query: str) -> np.ndarray:
-        """Distinct vocabulary ids of the query's terms (unknown terms dropped)."""
-        if not query or not query.strip():
-            return np.zeros(0, dtype=np.int64)
-        words = bm25s.tokenize([query], stopwords=self.stopwords, stemmer=self._stemmer,
-                               return_ids=False, show_progress=False)[0]
+        """Distinct vocabulary ids of the query's terms (unknown terms dropped), tokenised as ``build`` does."""
+        words = [w for w in self._split(query.lower()) if w not in self._stop] if query else []
+        if self._stemmer is not None:
+            words = self._stemmer.stemWords(words)
         vocab = self.retriever.vocab_dict
         return np.array(sorted({vocab[w] for w in words if w in vocab}), dtype=np.int64)
 
@@ -97,7 +99,9 @@ class BM25Index:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         common = self.indptr[terms + 1] - self.indptr[terms] > max(COMMON_POSTINGS, self.num_docs // 64)
         if not common.all():
-            ids = np.unique(np.concatenate([self._postings(t)[0] for t in terms[~common]]))
+            ids = np.concatenate([self._postings(t)[0] for t in terms[~common]])
+            ids.sort()
+            ids = ids[np.r_[True, ids[1:] != ids[:-1]]]  # the union of sorted lists (np.unique hashes: slower)
             scores = self._term_scores(terms, ids)
             if not common.any() or self._out_of_reach(terms[common], scores, k):
                 best, best_scores = top_k(scores, k)
@@ -201,7 +205,7 @@ def _bm25_scores(retriever: bm25s.BM25, counts: sp.csr_matrix, doc_len: np.ndarr
         tfc0 = tfc_fn(tf_array=0, l_d=avg_len, l_avg=avg_len, k1=r.k1, b=r.b, delta=r.delta)
         r.nonoccurrence_array = np.array([idf_fn(int(d), N=n_docs) * tfc0 if d else 0.0 for d in df], dtype=r.dtype)
     data = np.empty(counts.nnz, dtype=r.dtype)
-    step = 1 << 22  # entries at a time: the float64 temporaries stay small
+    step = 1 << 20  # entries at a time: the float64 temporaries stay small (~40 MB)
     for lo in range(0, counts.nnz, step):
         hi, terms = min(lo + step, counts.nnz), counts.indices[lo:lo + step]
         rows = np.searchsorted(counts.indptr, np.arange(lo, hi), side="right") - 1
