@@ -413,3 +413,16 @@ def test_a_retry_waits_as_long_as_the_server_asked_in_seconds():
     assert _retry_after(error({"retry-after": "7"})) == 7.0
     assert _retry_after(error({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"})) == 0.0
     assert _retry_after(error({})) == 0.0 and _retry_after(ValueError("no response")) == 0.0
+
+
+def test_a_priced_models_reply_costs_its_tokens_at_litellms_prices():
+    import litellm
+
+    price = litellm.model_cost["gpt-4.1"]
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        for model, expected in (("gpt-4.1", 100 * price["input_cost_per_token"] + 20 * price["output_cost_per_token"]),
+                                ("openai/fake", 0.0)):  # a model missing from the price map costs nothing here
+            client = LLMClient(Backbone(name="b", model=model, max_tokens=64), None, FAST_RETRY, api_base=server.url)
+            result = asyncio.run(client.complete([{"role": "user", "content": "Question: x"}], toolbox().schemas()))
+            assert result.error is None and result.cost == pytest.approx(expected, rel=1e-9) and (expected > 0) == (model == "gpt-4.1")

@@ -208,10 +208,9 @@ def _result(resp, latency: float, attempts: int) -> LLMResult:
     if tool_calls:
         message["tool_calls"] = tool_calls
     usage = getattr(resp, "usage", None)
-    try:
-        cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
-    except Exception:  # models missing from litellm's price map (local, vLLM) cost nothing here
-        cost = 0.0
+    # litellm prices every response it returns (None for a model missing from its price map: local, vLLM)
+    hidden = getattr(resp, "_hidden_params", None)
+    cost = float((hidden.get("response_cost") if isinstance(hidden, dict) else None) or 0.0)
     return LLMResult(message, prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                      completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
                      cost=cost, latency=round(latency, 4), attempts=attempts)
