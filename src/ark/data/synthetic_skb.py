@@ -418,6 +418,7 @@ class _Neighbors:
     """Neighbors through one relation between two types, from its (src, dst) arrays, both directions."""
 
     def __init__(self, src: np.ndarray, dst: np.ndarray):
+        src, dst = src.astype(np.int32), dst.astype(np.int32)  # half the memory of int64 at MAG size
         by_src, by_dst = np.lexsort((dst, src)), np.lexsort((src, dst))
         self.by_src = (src[by_src], dst[by_src])
         self.by_dst = (dst[by_dst], src[by_dst])
@@ -425,6 +426,7 @@ class _Neighbors:
     @staticmethod
     def _of(table, v: int) -> np.ndarray:
         keys, values = table
+        v = keys.dtype.type(v)  # of the keys' dtype: searchsorted would copy them to match another
         return values[np.searchsorted(keys, v, "left"):np.searchsorted(keys, v, "right")]
 
     def of(self, v: int, v_is_src: bool) -> np.ndarray:
@@ -436,13 +438,15 @@ def _queries(schema: Schema, layout: Layout, edges, names: np.ndarray, count: in
              rng: np.random.Generator) -> list[dict]:
     """``count`` queries, the templates in turn, each with its gold and anchors."""
     type_of = {name: i for i, name in schema.node_types.items()}
-    hops = {}  # (relation, anchor type, answer type) -> (_Neighbors, answer is the stored source)
+    hops, tables = {}, {}  # (hop, answer type) -> (_Neighbors, answer is the stored source); relation -> _Neighbors
     for template in schema.templates:
         for hop in template.hops:
-            for r, (src, dst) in zip(schema.relations, edges):
+            for i, r in enumerate(schema.relations):
                 if r.name == hop.relation and {r.src, r.dst} == {hop.anchor, template.answer}:
+                    if i not in tables:
+                        tables[i] = _Neighbors(*edges[i])
                     # cites: the answer is the citing (newer) paper, the stored source
-                    hops[hop, template.answer] = (_Neighbors(src, dst), r.src == template.answer)
+                    hops[hop, template.answer] = (tables[i], r.src == template.answer)
     unique_name = {}
     for t in {hop.anchor for template in schema.templates for hop in template.hops}:
         counts = Counter(names[layout.members[t]].tolist())
