@@ -437,7 +437,6 @@ class _Neighbors:
 def _queries(schema: Schema, layout: Layout, edges, names: np.ndarray, count: int, max_answers: int,
              rng: np.random.Generator) -> list[dict]:
     """``count`` queries, the templates in turn, each with its gold and anchors."""
-    type_of = {name: i for i, name in schema.node_types.items()}
     hops, tables = {}, {}  # (hop, answer type) -> (_Neighbors, answer is the stored source); relation -> _Neighbors
     for template in schema.templates:
         for hop in template.hops:
