@@ -44,13 +44,20 @@ STARK_REPO = "snap-stanford/stark"
 STARK_REVISION = "88269e23e90587f99476c5dd74e235a0877e69be"
 
 NAMES = ("amazon", "mag", "prime")
+# PRIME's node_type_dict.pkl and edge_type_dict.pkl
+PRIME_NODE_TYPES = dict(enumerate([
+    "disease", "gene/protein", "molecular_function", "drug", "pathway",
+    "anatomy", "effect/phenotype", "biological_process", "cellular_component", "exposure",
+]))
+PRIME_EDGE_TYPES = dict(enumerate([
+    "ppi", "carrier", "enzyme", "target", "transporter", "contraindication", "indication", "off-label use",
+    "synergistic interaction", "associated with", "parent-child", "phenotype absent", "phenotype present",
+    "side effect", "interacts with", "linked to", "expression present", "expression absent",
+]))
 CANDIDATE_TYPES = {
     "amazon": ["product"],
     "mag": ["paper"],
-    "prime": [
-        "disease", "gene/protein", "molecular_function", "drug", "pathway",
-        "anatomy", "effect/phenotype", "biological_process", "cellular_component", "exposure",
-    ],
+    "prime": list(PRIME_NODE_TYPES.values()),
 }
 # subfolder of the SKB folder that holds the six files
 FILES_DIR = {"amazon": "processed/cache/brand-category-color", "mag": "processed", "prime": "processed"}

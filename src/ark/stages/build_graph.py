@@ -27,7 +27,13 @@ def build(cfg: DictConfig) -> Graph:
     if ds.kind == "stark":
         from ark.graph.stark import load_stark_skb
 
-        return load_stark_skb(ds.skb, ds.raw_dir, online=ds.online, relations=ds.documents.relations)
+        graph = load_stark_skb(ds.skb, ds.raw_dir, online=ds.online, relations=ds.documents.relations)
+        if ds.get("generate"):
+            from omegaconf import OmegaConf
+
+            graph.meta.update(dataset=ds.name, source="ark.data.synthetic_skb",
+                              generate=OmegaConf.to_container(ds.generate, resolve=True))
+        return graph
     raise UserError(f"unknown dataset kind {ds.kind!r}")
 
 

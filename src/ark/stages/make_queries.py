@@ -27,6 +27,8 @@ def make(cfg: DictConfig) -> tuple[dict, dict]:
     if q.kind == "stark":
         from ark.data.stark import load_stark_human_eval, load_stark_splits
 
+        if cfg.dataset.get("generate") and q.name != "generated":
+            raise UserError(f"dataset {cfg.dataset.name} is generated: its questions are queries=generated")
         if q.human:
             return {"test": load_stark_human_eval(q.qa_dir)}, {}
         return load_stark_splits(q.qa_dir), {}

@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ark.graph.graph import OUT, Graph
 from ark.index import Relevance
+from ark.index.bm25 import BM25Index
+
+TABLE_MIN_NEIGHBORS = 16_384  # neighborhoods from this size look frequent terms up in a position table
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Toolbox:
         self.graph = graph
         self.relevance = relevance
         self.config = config
+        self._tables = threading.local()
 
     # ------------------------------------------------------------------ schemas
     def names(self) -> list[str]:
@@ -173,14 +178,16 @@ class Toolbox:
         nbr, rel, out = np.asarray(g.nbr[sl]), np.asarray(g.rel[sl]), np.asarray(g.out[sl])
         keep = nbr != center
         if type_ids is not None:
-            keep &= np.isin(g.node_type[nbr], type_ids)
+            keep &= _member(type_ids, len(g.node_type_names))[g.node_type[nbr]]
         if rel_ids is not None:
-            keep &= np.isin(rel, rel_ids)
-        nbr, rel, out = nbr[keep], rel[keep], out[keep]
+            keep &= _member(rel_ids, len(g.relation_names))[rel]
+        if not keep.all():
+            kept = np.flatnonzero(keep)  # taking by index beats a boolean mask that keeps a fraction
+            nbr, rel, out = nbr[kept], rel[kept], out[kept]
         # rows are sorted by neighbor id: runs of equal ids are one neighbor reached by several relations
-        starts = np.flatnonzero(np.r_[True, nbr[1:] != nbr[:-1]]) if len(nbr) else np.zeros(0, np.int64)
-        ends = np.r_[starts[1:], len(nbr)]
-        ids = nbr[starts]
+        first = np.ones(len(nbr), bool)
+        first[1:] = nbr[1:] != nbr[:-1]
+        ids = nbr if first.all() else nbr[first]
         total = len(ids)
         header = f"Neighbors of {self._label(center)}"
         filters = [f"{n}={v}" for n, v in (("node_type", node_type), ("edge_type", edge_type)) if v]
@@ -189,21 +196,65 @@ class Toolbox:
         if total == 0:
             return Observation(text=f"{header}: none.")
         if query and query.strip():
-            scores = self.relevance.score(query, ids)
-            order = np.lexsort((ids, -scores))[:k]
+            scores = self._scores(query, ids)
+            order = best_positions(scores, k)
             how = f"ranked by relevance to {query!r}"
         else:
             scores, order = None, np.arange(min(k, total))
             how = "in node-index order"
         lines = [f"{header}: showing {len(order)} of {total}, {how}:"]
         for i in order:
-            v, lo, hi = int(ids[i]), starts[i], ends[i]
+            v = ids[i]  # of nbr's dtype: searchsorted would copy nbr to match another
+            lo, hi = np.searchsorted(nbr, v, "left"), np.searchsorted(nbr, v, "right")
             links = ", ".join(
                 f"-[{g.relation_names[r]}]->" if d == OUT else f"<-[{g.relation_names[r]}]-"
                 for r, d in zip(rel[lo:hi], out[lo:hi])
             )
-            lines.append(self._line(v, None if scores is None else float(scores[i]), links))
+            lines.append(self._line(int(v), None if scores is None else float(scores[i]), links))
         return Observation(text="\n".join(lines), nodes=[int(ids[i]) for i in order])
+
+    def _scores(self, query: str, ids: np.ndarray) -> np.ndarray:
+        """``relevance.score(query, ids)``. For BM25, computed here from its posting lists with the cheapest lookup
+        per term, so that a hub's hundreds of thousands of neighbors are not each binary-searched in every posting
+        list: the same float32 sums, term by term in the same order, as `BM25Index.score`."""
+        if not isinstance(self.relevance, BM25Index):
+            return self.relevance.score(query, ids)
+        index, d = self.relevance, len(ids)
+        scores = np.zeros(d, dtype=np.float32)
+        table = None
+        try:
+            for t in index.term_ids(query):
+                lo, hi = int(index.indptr[t]), int(index.indptr[t + 1])
+                # in the neighbors' dtype: searchsorted copies the searched array to match its keys
+                postings = np.asarray(index.indices[lo:hi]).astype(ids.dtype, copy=False)
+                values = np.asarray(index.data[lo:hi])
+                p = len(postings)
+                if d >= TABLE_MIN_NEIGHBORS and d // 16 <= p <= 8 * d:
+                    if table is None:  # a hub and a frequent term: look each posting up in a table of positions
+                        table = self._position_table()
+                        table[ids] = np.arange(d, dtype=np.int32)
+                    at = table[postings]
+                    hit = np.flatnonzero(at >= 0)
+                    scores[at[hit]] += values[hit]
+                elif p <= d:  # few postings: find each among the sorted neighbors
+                    at = np.minimum(np.searchsorted(ids, postings), d - 1)
+                    hit = ids[at] == postings
+                    scores[at[hit]] += values[hit]
+                elif p:  # few neighbors: find each in the sorted posting list
+                    at = np.minimum(np.searchsorted(postings, ids), p - 1)
+                    hit = postings[at] == ids
+                    scores[hit] += values[at[hit]]
+        finally:
+            if table is not None:
+                table[ids] = -1
+        return scores
+
+    def _position_table(self) -> np.ndarray:
+        """A per-thread int32 array over all nodes, -1 everywhere between calls."""
+        table = getattr(self._tables, "positions", None)
+        if table is None:
+            table = self._tables.positions = np.full(self.graph.num_nodes, -1, dtype=np.int32)
+        return table
 
     def add_to_answer(self, answer_nodes, state: AnswerState) -> Observation:
         if not isinstance(answer_nodes, list) or not answer_nodes:
@@ -277,6 +328,27 @@ class Toolbox:
         text = " ".join(l for l in lines if not l.startswith(("name:", "type:", "source:", "details:")))
         text = re.sub(r"\s+", " ", text).strip()
         return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def _member(ids: np.ndarray, size: int) -> np.ndarray:
+    """A boolean lookup table over 0..size-1, true at ``ids`` (one gather per neighbor, where np.isin sorts)."""
+    table = np.zeros(size, dtype=bool)
+    table[ids] = True
+    return table
+
+
+def best_positions(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k highest scores, ties by the smaller position: ``np.lexsort((positions, -scores))[:k]``
+    without sorting them all."""
+    candidates = np.flatnonzero(scores > 0)
+    if len(candidates) < k:
+        candidates = np.arange(len(scores))
+    s = scores[candidates]  # when k are positive, the best are among them (BM25: the few neighbors that match)
+    if len(s) > k:
+        kth = -np.partition(-s, k - 1)[k - 1]
+        keep = np.concatenate([np.flatnonzero(s > kth), np.flatnonzero(s == kth)])[:k]
+        candidates, s = candidates[keep], s[keep]
+    return candidates[np.argsort(-s, kind="stable")]
 
 
 def quoted(text: str) -> str:
