@@ -5,6 +5,7 @@ import types
 import numpy as np
 import pytest
 
+import ark.index.bm25 as bm25_module
 import ark.tools.toolbox as toolbox_module
 from ark.data.synthetic_skb import generate_skb
 from ark.graph.graph import OUT
@@ -88,24 +89,28 @@ def random_calls(graph, n: int, rng: np.random.Generator) -> list[dict]:
     return calls
 
 
-@pytest.mark.parametrize("table_min", [toolbox_module.TABLE_MIN_NEIGHBORS, 0])  # 0: the position table everywhere
+@pytest.mark.parametrize("table_min", [bm25_module.TABLE_MIN_IDS, 0])  # 0: the position table everywhere
 def test_the_fast_path_gives_the_observations_of_the_implementation_before_it(toolbox, table_min, monkeypatch):
-    monkeypatch.setattr(toolbox_module, "TABLE_MIN_NEIGHBORS", table_min)
+    monkeypatch.setattr(bm25_module, "TABLE_MIN_IDS", table_min)
     before = types.MethodType(search_in_neighborhood_before, toolbox)
     for call in random_calls(toolbox.graph, 300, np.random.default_rng(table_min)):
         now, then = toolbox.search_in_neighborhood(**call), before(**call)
         assert (now.text, now.nodes) == (then.text, then.nodes), call
 
 
-def test_the_fast_scores_are_bm25s_own_float32_scores(toolbox, monkeypatch):
-    monkeypatch.setattr(toolbox_module, "TABLE_MIN_NEIGHBORS", 0)
-    graph, rng = toolbox.graph, np.random.default_rng(1)
+def test_neighbor_scores_are_the_whole_corpus_float32_sums(toolbox, monkeypatch):
+    monkeypatch.setattr(bm25_module, "TABLE_MIN_IDS", 0)  # the position table wherever a posting list is long
+    graph, index, rng = toolbox.graph, toolbox.relevance, np.random.default_rng(1)
     for call in random_calls(graph, 100, rng):
         sl = graph.neighbors(call["node_index"])
         ids = np.unique(np.asarray(graph.nbr[sl]))
         query = call.get("query") or "which"
-        assert np.array_equal(toolbox._scores(query, ids), toolbox.relevance.score(query, ids))
-    assert toolbox._position_table().max() == -1  # left clean for the next call
+        full = np.zeros(index.num_docs, dtype=np.float32)
+        for t in index.term_ids(query):
+            lo, hi = index.indptr[t], index.indptr[t + 1]
+            full[index.indices[lo:hi]] += index.data[lo:hi]
+        assert index.score(query, ids).tobytes() == full[ids].tobytes()
+    assert index._position_table().max() == -1  # left clean for the next call
 
 
 class DenseLike:

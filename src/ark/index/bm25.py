@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from itertools import chain
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ark.errors import UserError
 from ark.index.topk import top_k
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # bm25s.tokenize's default
+TABLE_MIN_IDS = 16_384  # documents to score from which a term with a long posting list is looked up in a table
 COMMON_POSTINGS = 4096  # a query term in more documents than this (and 1/64 of them) is pruned when it can be
 
 
@@ -44,6 +46,7 @@ class BM25Index:
         self._stop = frozenset(_infer_stopwords(stopwords))
         self.num_docs = int(s["num_docs"])
         self._max_scores: dict[int, float] = {}
+        self._tables = threading.local()
 
     # ------------------------------------------------------------------ build / io
     @classmethod
@@ -123,20 +126,40 @@ class BM25Index:
     def _term_scores(self, terms: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Scores of the sorted documents ``ids``: each posting list intersected with them, summed in term order
         (the float32 sums of a whole-corpus search, bit for bit)."""
-        scores = np.zeros(len(ids), dtype=np.float32)
-        for t in terms:
-            postings, values = self._postings(t)
-            if len(postings) == 0 or len(ids) == 0:
-                continue
-            if len(ids) <= len(postings):  # the shorter list is searched in the longer one
-                pos = np.minimum(np.searchsorted(postings, ids), len(postings) - 1)
-                hit = postings[pos] == ids
-                scores[hit] += values[pos[hit]]
-            else:
-                pos = np.minimum(np.searchsorted(ids, postings), len(ids) - 1)
-                hit = ids[pos] == postings
-                scores[pos[hit]] += values[hit]
+        d = len(ids)
+        scores = np.zeros(d, dtype=np.float32)
+        table = None
+        try:
+            for t in terms:
+                postings, values = self._postings(t)
+                postings = postings.astype(ids.dtype, copy=False)  # searchsorted copies a haystack of another dtype
+                p = len(postings)
+                if d >= TABLE_MIN_IDS and d // 16 <= p <= 8 * d:  # both long: a table of positions, no search
+                    if table is None:
+                        table = self._position_table()
+                        table[ids] = np.arange(d, dtype=np.int32)
+                    at = table[postings]
+                    hit = np.flatnonzero(at >= 0)
+                    scores[at[hit]] += values[hit]
+                elif 0 < p <= d:  # the shorter list is searched in the longer one
+                    at = np.minimum(np.searchsorted(ids, postings), d - 1)
+                    hit = ids[at] == postings
+                    scores[at[hit]] += values[hit]
+                elif p:
+                    at = np.minimum(np.searchsorted(postings, ids), p - 1)
+                    hit = postings[at] == ids
+                    scores[hit] += values[at[hit]]
+        finally:
+            if table is not None:
+                table[ids] = -1
         return scores
+
+    def _position_table(self) -> np.ndarray:
+        """A per-thread int32 array over all documents, -1 everywhere between calls."""
+        table = getattr(self._tables, "positions", None)
+        if table is None:
+            table = self._tables.positions = np.full(self.num_docs, -1, dtype=np.int32)
+        return table
 
     def _out_of_reach(self, common: np.ndarray, scores: np.ndarray, k: int) -> bool:
         """Whether a document outside the scored ones, holding at most the ``common`` terms, scores below the

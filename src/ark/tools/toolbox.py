@@ -11,16 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ark.graph.graph import OUT, Graph
 from ark.index import Relevance
-from ark.index.bm25 import BM25Index
-
-TABLE_MIN_NEIGHBORS = 16_384  # neighborhoods from this size look frequent terms up in a position table
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,6 @@ class Toolbox:
         self.graph = graph
         self.relevance = relevance
         self.config = config
-        self._tables = threading.local()
 
     # ------------------------------------------------------------------ schemas
     def names(self) -> list[str]:
@@ -196,7 +191,7 @@ class Toolbox:
         if total == 0:
             return Observation(text=f"{header}: none.")
         if query and query.strip():
-            scores = self._scores(query, ids)
+            scores = self.relevance.score(query, ids)
             order = best_positions(scores, k)
             how = f"ranked by relevance to {query!r}"
         else:
@@ -212,49 +207,6 @@ class Toolbox:
             )
             lines.append(self._line(int(v), None if scores is None else float(scores[i]), links))
         return Observation(text="\n".join(lines), nodes=[int(ids[i]) for i in order])
-
-    def _scores(self, query: str, ids: np.ndarray) -> np.ndarray:
-        """``relevance.score(query, ids)``. For BM25, computed here from its posting lists with the cheapest lookup
-        per term, so that a hub's hundreds of thousands of neighbors are not each binary-searched in every posting
-        list: the same float32 sums, term by term in the same order, as `BM25Index.score`."""
-        if not isinstance(self.relevance, BM25Index):
-            return self.relevance.score(query, ids)
-        index, d = self.relevance, len(ids)
-        scores = np.zeros(d, dtype=np.float32)
-        table = None
-        try:
-            for t in index.term_ids(query):
-                lo, hi = int(index.indptr[t]), int(index.indptr[t + 1])
-                # in the neighbors' dtype: searchsorted copies the searched array to match its keys
-                postings = np.asarray(index.indices[lo:hi]).astype(ids.dtype, copy=False)
-                values = np.asarray(index.data[lo:hi])
-                p = len(postings)
-                if d >= TABLE_MIN_NEIGHBORS and d // 16 <= p <= 8 * d:
-                    if table is None:  # a hub and a frequent term: look each posting up in a table of positions
-                        table = self._position_table()
-                        table[ids] = np.arange(d, dtype=np.int32)
-                    at = table[postings]
-                    hit = np.flatnonzero(at >= 0)
-                    scores[at[hit]] += values[hit]
-                elif p <= d:  # few postings: find each among the sorted neighbors
-                    at = np.minimum(np.searchsorted(ids, postings), d - 1)
-                    hit = ids[at] == postings
-                    scores[at[hit]] += values[hit]
-                elif p:  # few neighbors: find each in the sorted posting list
-                    at = np.minimum(np.searchsorted(postings, ids), p - 1)
-                    hit = postings[at] == ids
-                    scores[hit] += values[at[hit]]
-        finally:
-            if table is not None:
-                table[ids] = -1
-        return scores
-
-    def _position_table(self) -> np.ndarray:
-        """A per-thread int32 array over all nodes, -1 everywhere between calls."""
-        table = getattr(self._tables, "positions", None)
-        if table is None:
-            table = self._tables.positions = np.full(self.graph.num_nodes, -1, dtype=np.int32)
-        return table
 
     def add_to_answer(self, answer_nodes, state: AnswerState) -> Observation:
         if not isinstance(answer_nodes, list) or not answer_nodes:
