@@ -102,7 +102,7 @@ def step_tools(work: Path, calls: int, seed: int) -> dict:
 
     def ranked(ids: np.ndarray, query: str) -> np.ndarray:
         """The tool's ranking without its observation text: scores, then the top 20."""
-        return ids[best_positions(toolbox._scores(query, ids), 20)] if len(ids) else ids
+        return ids[best_positions(toolbox.relevance.score(query, ids), 20)] if len(ids) else ids
 
     approaches = {
         "tool +query": lambda v, q: toolbox.search_in_neighborhood(v, query=q),

@@ -1,10 +1,9 @@
-"""The neighborhood tool on MAG-size hubs without building MAG, before and after its fast path.
+"""The neighborhood tool on MAG-size hubs without building MAG.
 
 A star graph of ``--degrees`` neighbors among STaRK-MAG's 1,872,968 node ids, and posting lists of the lengths the
 query terms of real benchmark queries would have at MAG size: 2-4 words of random documents of a generated graph
 (``--graph``, ``--index``: a ``benchmarks/graph_scale.py`` size), each term's document frequency scaled from that
-corpus to 1.87M documents. Every query goes to ``Toolbox.search_in_neighborhood`` and to the implementation before
-the fast path (the reference in ``tests/test_neighborhood_fast_path.py``), interleaved.
+corpus to 1.87M documents. Every query goes to ``Toolbox.search_in_neighborhood`` with BM25 ranking.
 
     python benchmarks/graph_scale.py --sizes 200000                       # once: a generated graph and its index
     python benchmarks/neighborhood_hub.py --graph logs/graph_scale/mag-s0/n200000/graph \\
@@ -15,8 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.graph_scale import machine, query_words  # noqa: E402
-from tests.test_neighborhood_fast_path import search_in_neighborhood_before  # noqa: E402
 
 MAG_NODES = 1_872_968
 
@@ -35,7 +33,6 @@ def main(argv=None) -> int:
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--degrees", type=int, nargs="+", default=[30_000, 100_000, 250_000, 450_000])
     p.add_argument("--calls", type=int, default=300)
-    p.add_argument("--before-calls", type=int, default=60, help="calls of the slower implementation before")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -53,6 +50,7 @@ def main(argv=None) -> int:
     lengths = [np.maximum(1, np.round(df[q] * MAG_NODES).astype(np.int64)) for q in queries]
     postings = [np.sort(rng.choice(MAG_NODES, n, replace=False)).astype(np.int32) for q in lengths for n in q]
     index = BM25Index.__new__(BM25Index)  # its scoring arrays only
+    index.num_docs, index._tables, index._max_scores = MAG_NODES, threading.local(), {}
     index.indptr = np.r_[0, np.cumsum([len(x) for x in postings])]
     index.indices = np.concatenate(postings)
     index.data = (rng.random(len(index.indices)) * 5 + 0.1).astype(np.float32)
@@ -71,19 +69,13 @@ def main(argv=None) -> int:
                                   np.zeros(degree, np.int64),
                                   doc=np.full(MAG_NODES, " - paper title: a paper title\n - abstract: some words", object))
         toolbox = Toolbox(graph, index)
-        before = types.MethodType(search_in_neighborhood_before, toolbox)
-        times = {"after": [], "before": []}
+        ms = []
         for i in range(args.calls):
-            for name, call in (("after", toolbox.search_in_neighborhood), ("before", before)):
-                if name == "before" and i >= args.before_calls:
-                    continue
-                start = time.perf_counter()
-                call(0, query=str(i))
-                if i >= 3:
-                    times[name].append((time.perf_counter() - start) * 1e3)
-        print(f"hub of {degree:>7,} neighbors: " + "; ".join(
-            f"{name} p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms"
-            for name, ms in times.items()))
+            start = time.perf_counter()
+            toolbox.search_in_neighborhood(0, query=str(i))
+            if i >= 3:
+                ms.append((time.perf_counter() - start) * 1e3)
+        print(f"hub of {degree:>7,} neighbors: p50 {np.percentile(ms, 50):.2f} ms, p95 {np.percentile(ms, 95):.2f} ms")
     print(f"load average {os.getloadavg()}")
     return 0
 
