@@ -72,6 +72,22 @@ def run(policy, toolbox, queries, concurrency) -> float:
     return time.perf_counter() - start
 
 
+def run_workers(url: str, graph: str, index: str, queries, concurrency: int, workers: int) -> float:
+    """The same agents through the evaluate stage's worker processes (``eval.workers``); seconds the workers ran
+    their agents (their start-up excluded)."""
+    from hydra import compose, initialize_config_dir
+
+    from ark.agent.workers import run_in_workers
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[
+            f"paths.root={ROOT}", f"dataset.graph_dir={graph}", f"dataset.index_dir={index}", "backbone=gpt-4.1", "backbone.model=openai/fake", f"backbone.api_base={url}",
+            "backbone.api_key_env=null", "backbone.max_tokens=64", "backbone.tool_choice=auto", "llm.cache=null",
+            "llm.retry.max_attempts=1", "agent.n_agents=1", "agent.T_max=10", "agent.aggregation=voting",
+            f"eval.concurrency={concurrency}", f"eval.workers={workers}", "logger=none"])
+    return run_in_workers(cfg, queries, workers, lambda q, r: None)[1]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--graph", default=str(ROOT / "data/graph/biokg"))
@@ -79,6 +95,8 @@ def main() -> int:
     p.add_argument("--latency", type=float, default=1.0, help="seconds the fake model takes per call")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--serial-queries", type=int, default=5)
+    p.add_argument("--workers", type=int, nargs="+", default=[1],
+                   help="worker processes (eval.workers) for the throughput table; 1: the agents in this process")
     args = p.parse_args()
     if not Path(args.graph, "schema.json").exists():
         print(f"error: no graph at {args.graph}; run `dvc repro build_index@bm25` first", file=sys.stderr)
@@ -107,13 +125,16 @@ def main() -> int:
         print(f"\nfake model latency {args.latency:.3f} s per call, {steps_per_agent} steps per agent")
         print(f"overhead per step at concurrency 1: {overhead * 1000:.1f} ms "
               f"= {100 * overhead / args.latency:.2f}% of a {args.latency:g} s step (target < 2%)")
-        print(f"\n{'agents in flight':>16} {'agents':>7} {'wall s':>8} {'steps/s':>8} {'ideal':>7} {'efficiency':>10}")
-        for c in args.levels:
-            agents = c * 2
-            wall = run(policy, toolbox, queries[:agents], c)
-            rate = agents * steps_per_agent / wall
-            ideal = c / args.latency
-            print(f"{c:>16} {agents:>7} {wall:>8.2f} {rate:>8.2f} {ideal:>7.1f} {100 * rate / ideal:>9.1f}%")
+        print(f"\n{'workers':>7} {'agents in flight':>16} {'agents':>7} {'wall s':>8} {'steps/s':>8} {'ideal':>7} "
+              f"{'efficiency':>10}")
+        for w in args.workers:
+            for c in args.levels:
+                agents = c * 2
+                wall = run(policy, toolbox, queries[:agents], c) if w == 1 else \
+                    run_workers(url, args.graph, args.index, queries[:agents], c, w)
+                rate = agents * steps_per_agent / wall
+                ideal = c / args.latency
+                print(f"{w:>7} {c:>16} {agents:>7} {wall:>8.2f} {rate:>8.2f} {ideal:>7.1f} {100 * rate / ideal:>9.1f}%")
     finally:
         server.terminate()
     return 0

@@ -426,3 +426,33 @@ def test_a_priced_models_reply_costs_its_tokens_at_litellms_prices():
             client = LLMClient(Backbone(name="b", model=model, max_tokens=64), None, FAST_RETRY, api_base=server.url)
             result = asyncio.run(client.complete([{"role": "user", "content": "Question: x"}], toolbox().schemas()))
             assert result.error is None and result.cost == pytest.approx(expected, rel=1e-9) and (expected > 0) == (model == "gpt-4.1")
+
+
+def test_queries_spread_over_worker_processes_give_the_records_of_one_process(tiny_project):
+    from ark.stages import evaluate
+
+    endpoint = ScriptedEndpoint()
+    runs = {}
+    with endpoint.serve() as server:
+        for workers in (1, 2):
+            cfg = evaluate_cfg(tiny_project, server.url, [f"eval.workers={workers}", "llm.cache=null",
+                                                          f"run.root={tiny_project[0].split('=', 1)[1]}/w{workers}"])
+            if workers == 1:
+                build_index(cfg)
+            result = evaluate.run(cfg)
+            out = Path(result["run_dir"])
+            runs[workers] = (result, (out / "records.jsonl").read_text().splitlines(), (out / "metrics.json").read_text())
+    (one, records_one, metrics_one), (two, records_two, metrics_two) = runs[1], runs[2]
+    assert one["model_calls"] == two["model_calls"] == 3 * 3 * 2 and endpoint.calls == 2 * 3 * 3 * 2
+    assert sorted(map(json.dumps, map(without_timings, records_two))) == \
+        sorted(map(json.dumps, map(without_timings, records_one)))
+    assert metrics_two == metrics_one
+
+
+def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
+    from ark.agent.workers import run_in_workers
+    from ark.errors import UserError
+
+    cfg = compose_cfg(tiny_project + ["backbone=local_smollm2", "eval.workers=2"])
+    with pytest.raises(UserError, match="embedded model computes in one process"):
+        run_in_workers(cfg, [{"id": "q", "query": "x"}], 2, lambda q, r: None)

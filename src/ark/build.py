@@ -27,7 +27,8 @@ def validate(cfg: DictConfig) -> None:
     for name, value in (("collect.trajectories", cfg.collect.trajectories), ("agent.T_max", a.T_max),
                         ("agent.n_agents", a.n_agents), ("agent.global_k", a.global_k),
                         ("agent.global_k_max", a.global_k_max), ("agent.neighbor_k", a.neighbor_k),
-                        ("eval.concurrency", cfg.eval.concurrency), ("baseline.depth", cfg.baseline.depth)):
+                        ("eval.concurrency", cfg.eval.concurrency), ("eval.workers", cfg.eval.workers),
+                        ("baseline.depth", cfg.baseline.depth)):
         if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     for name, value in (("seed", cfg.seed), ("subset_seed", cfg.subset_seed)):

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from ark import build
 from ark.agent.runner import run_queries
+from ark.agent.workers import run_in_workers
 from ark.errors import IncompleteRun
 from ark.eval.metrics import as_candidates, score_query
 from ark.eval.score import score_records
@@ -79,10 +80,13 @@ def run_agents(cfg: DictConfig, tools, queries: list[dict], run_: Run, label: st
     a = cfg.agent
     model_calls = 0
     try:
-        with build.policy(cfg, tools) as policy:
-            asyncio.run(run_queries(policy, tools, todo, a.n_agents, a.T_max, a.aggregation, cfg.eval.concurrency,
-                                    cfg.seed, on_record, cfg.prompt.name))
-            model_calls = policy.client.calls if policy.client is not None else 0
+        if cfg.eval.workers > 1:
+            model_calls, _ = run_in_workers(cfg, todo, cfg.eval.workers, on_record)
+        else:
+            with build.policy(cfg, tools) as policy:
+                asyncio.run(run_queries(policy, tools, todo, a.n_agents, a.T_max, a.aggregation,
+                                        cfg.eval.concurrency, cfg.seed, on_record, cfg.prompt.name))
+                model_calls = policy.client.calls if policy.client is not None else 0
     finally:
         progress.close()
         records = store.finalize([q["id"] for q in queries])

@@ -1,0 +1,94 @@
+"""Queries spread over worker processes (``eval.workers``), for runs that keep many agents in flight.
+
+One event loop runs every agent's CPU work (litellm, HTTP, tools, bookkeeping) on one core: with ~10 ms a step and
+64 agents of 1 s steps that core is most of the way to full, and each agent waits for it. Each worker process builds
+the tools and the policy from the same config and runs every ``workers``-th query on its own loop; the records come
+back to the caller, which stays the run's only writer (resume, the lock and the record order are unchanged), and a
+record does not depend on the process that made it (agents seed by query and index). ``eval.concurrency`` stays the
+queries in flight in all. The LLM response cache is one SQLite file that the processes share (WAL).
+"""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import queue
+import threading
+import time
+import traceback
+
+from omegaconf import DictConfig, OmegaConf
+
+from ark.errors import UserError
+from ark.runs.records import QueryRecord
+
+
+def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record) -> tuple[int, float]:
+    """Run ``queries`` in ``workers`` processes, ``on_record(query, record)`` here as each finishes; (the model calls
+    the workers made, the longest time a worker ran its agents: its start-up excluded). A worker that fails stops
+    the others and raises."""
+    if cfg.backbone.kind == "local":
+        raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
+                        "process, and every worker would load and run its own copy")
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
+    results = ctx.Queue()
+    config = OmegaConf.to_container(cfg, resolve=True)
+    concurrency = max(1, -(-cfg.eval.concurrency // workers))
+    shards = [queries[i::workers] for i in range(workers)]
+    procs = [ctx.Process(target=_work, args=(config, shard, concurrency, results, os.getpid()), daemon=True)
+             for shard in shards if shard]
+    by_id = {q["id"]: q for q in queries}
+    calls, seconds, running = 0, 0.0, len(procs)
+    for p in procs:
+        p.start()
+    try:
+        while running:
+            try:
+                kind, payload = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a worker process died (exit code {dead[0]})") from None
+                continue
+            if kind == "record":
+                record = QueryRecord.from_dict(payload)
+                on_record(by_id[record.id], record)
+            elif kind == "done":
+                calls, seconds, running = calls + payload[0], max(seconds, payload[1]), running - 1
+            else:
+                raise RuntimeError(f"a worker process failed:\n{payload}")
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    return calls, seconds
+
+
+def _work(config: dict, shard: list[dict], concurrency: int, results, parent: int) -> None:
+    from ark import build
+    from ark.agent.runner import run_queries
+
+    _exit_with(parent)
+    try:
+        cfg = OmegaConf.create(config)
+        tools = build.toolbox(cfg)
+        a = cfg.agent
+        with build.policy(cfg, tools) as policy:
+            start = time.perf_counter()
+            asyncio.run(run_queries(policy, tools, shard, a.n_agents, a.T_max, a.aggregation, concurrency, cfg.seed,
+                                    lambda q, record: results.put(("record", record.to_dict())), cfg.prompt.name))
+            seconds = time.perf_counter() - start
+            results.put(("done", (policy.client.calls if policy.client is not None else 0, seconds)))
+    except BaseException:
+        results.put(("error", traceback.format_exc()))
+
+
+def _exit_with(parent: int) -> None:
+    """End this worker when the process that started it is gone (killed: nobody would read its records)."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
