@@ -2,7 +2,8 @@
 test splits.
 
     LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python benchmarks/stark_cost.py RUN [RUN ...] \
-        [--model gpt-4.1] [--agents 3] [--steps 20] [--concurrency 8] [--latency 1.5 3] [--rpm N] [--tpm N]
+        [--model gpt-4.1] [--agents 3] [--steps 20] [--concurrency 8] [--latency 1.5 3] [--rpm N] [--tpm N] \
+        [--cpu-ms 10]
 
 RUN is a run directory (holding records.jsonl and config.yaml) or a records.jsonl file. For each run it reads
 every agent trajectory of the complete queries and takes per-step [prompt, completion] tokens:
@@ -22,9 +23,10 @@ re-sends all of step k-1's prompt and reply, billed at the cached input price).
 Hours (``hours``): ``--concurrency`` queries in flight (``eval.concurrency``), each running its agents at once, so
 ``concurrency x agents`` calls are in flight; an agent's step takes the model's latency (``--latency``, a range in
 seconds; a hosted run of the priced model uses its own measured mean) plus the run's mean tool time per step. A
-query takes its steps one after another, so a split takes queries x steps x step time / concurrency, unless the
-provider's requests or tokens per minute (``--rpm``, ``--tpm``: your organisation's limits) allow less: then
-those set the pace. The requests and tokens per minute the concurrency asks for are printed beside the hours.
+query takes its steps one after another, so a split takes queries x steps x step time / concurrency, unless a limit
+allows fewer steps a minute: the provider's requests or tokens per minute (``--rpm``, ``--tpm``: your
+organisation's limits), or the evaluation process itself, one event loop spending ``--cpu-ms`` of CPU a step. The
+requests and tokens per minute of the run at that pace are printed beside the hours.
 """
 from __future__ import annotations
 
@@ -91,15 +93,17 @@ def dollars(prompt: float, completion: float, cached: float, price: dict) -> tup
 
 
 def hours(queries: int, steps: float, tokens_per_query: float, agents: int, concurrency: int, step_seconds: float,
-          rpm: float | None = None, tpm: float | None = None) -> tuple[float, float, float]:
+          rpm: float | None = None, tpm: float | None = None, cpu_ms: float | None = None) -> tuple[float, float, float]:
     """(hours, requests per minute, tokens per minute) for ``queries`` queries of ``agents`` agents taking ``steps``
-    steps each, ``concurrency`` queries in flight; the rates are what that concurrency asks of the provider, the
-    hours stretched where a limit (``rpm``, ``tpm``) allows less."""
+    steps each, ``concurrency`` queries in flight, stretched where a limit allows fewer calls than that concurrency
+    asks for: the provider's (``rpm``, ``tpm``) or the evaluation process's own, whose one event loop spends
+    ``cpu_ms`` of CPU on each step. The rates are those of the run at that pace."""
     calls_per_query = agents * steps
     asked_rpm = concurrency * agents * 60 / step_seconds
     asked_tpm = asked_rpm * tokens_per_query / calls_per_query
-    slowdown = max(1.0, asked_rpm / rpm if rpm else 1.0, asked_tpm / tpm if tpm else 1.0)
-    return queries * steps * step_seconds / concurrency / 3600 * slowdown, asked_rpm, asked_tpm
+    allowed_rpm = [limit for limit in (rpm, 60_000 / cpu_ms if cpu_ms else None) if limit]
+    slowdown = max([1.0, asked_tpm / tpm if tpm else 1.0] + [asked_rpm / limit for limit in allowed_rpm])
+    return queries * steps * step_seconds / concurrency / 3600 * slowdown, asked_rpm / slowdown, asked_tpm / slowdown
 
 
 def read_run(path: Path, model: str) -> dict:
@@ -165,23 +169,24 @@ def print_splits(run: dict, rows: list[tuple], args) -> None:
     latencies = [run["model_seconds"]] if run["model_seconds"] else [min(args.latency), max(args.latency)]
     step_seconds = [latency + run["tool_seconds"] for latency in latencies]
     limits = ", ".join(f"{k} {v:,.0f}" for k, v in (("RPM", args.rpm), ("TPM", args.tpm)) if v) or "no provider limit"
+    limits += f"; one process at {args.cpu_ms:g} ms of CPU a step: at most {1000 / args.cpu_ms:,.0f} steps/s"
     seconds = "-".join(f"{s:.2f}" for s in sorted(set(step_seconds)))
     latency = (f"{latencies[0]:.2f} s measured" if run["model_seconds"] else
                "-".join(f"{s:g}" for s in sorted(set(latencies))) + " s assumed")
     print(f"  the test splits, {args.agents} agents per query: {seconds} s per step ({latency} per model call + "
           f"{run['tool_seconds'] * 1000:.1f} ms of tools as measured), {limits}:")
     print(f"    {'estimate':<10} {'split':<7} {'queries':>7} {'calls':>9} {'tokens (M)':>10} {'$':>8} {'$ cached':>9}"
-          f" {'in flight':>9} {'hours':>11} {'RPM asked':>9} {'TPM asked (M)':>13}")
+          f" {'in flight':>9} {'hours':>11} {'RPM':>7} {'TPM (M)':>7}")
     for label, steps, p, c, usd, usd_cached in rows:
         for split, n in STARK_TEST.items():
             for concurrency in args.concurrency:
-                spans = [hours(n, steps, p + c, args.agents, concurrency, t, args.rpm, args.tpm)
+                spans = [hours(n, steps, p + c, args.agents, concurrency, t, args.rpm, args.tpm, args.cpu_ms)
                          for t in step_seconds]
                 span = "-".join(f"{h:.2f}" for h in sorted({round(h, 2) for h, _, _ in spans}))
                 rpm, tpm = max(r for _, r, _ in spans), max(t for _, _, t in spans)
                 print(f"    {label:<10} {split:<7} {n:>7,} {n * args.agents * steps:>9,.0f} {n * (p + c) / 1e6:>10,.1f}"
                       f" {f'${usd * n:,.0f}':>8} {f'${usd_cached * n:,.0f}':>9} {concurrency * args.agents:>9,}"
-                      f" {span:>11} {rpm:>9,.0f} {tpm / 1e6:>13.2f}")
+                      f" {span:>11} {rpm:>7,.0f} {tpm / 1e6:>7.2f}")
 
 
 def main() -> None:
@@ -196,6 +201,8 @@ def main() -> None:
                         help="seconds per model call, one value or a range (an assumption: none was measured here)")
     parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit (default: none)")
     parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit (default: none)")
+    parser.add_argument("--cpu-ms", type=float, default=10.0,
+                        help="CPU per step on the evaluation's one event loop (benchmarks/agent_overhead.py: ~10 ms)")
     args = parser.parse_args()
     price = litellm.model_cost[args.model]
     paths = [Path(p) for pattern in args.runs for p in sorted(glob.glob(pattern)) or [pattern]]

@@ -27,6 +27,9 @@ def test_hours_shrink_with_concurrency_until_a_token_limit_sets_the_pace():
     assert [hours(2800, 20, 600_000, 3, c, 2.0, tpm=2e6)[0] for c in (8, 64)] == \
         pytest.approx([2800 * 600_000 / 2e6 / 60] * 2)
     assert hours(2800, 20, 600_000, 3, 8, 2.0, rpm=rpm8 / 4)[0] == pytest.approx(4 * h8)
+    # one process's event loop at 10 ms a step makes at most 100 steps/s: 192 calls in flight at 1 s ask 192
+    assert hours(2800, 20, 600_000, 3, 64, 1.0, cpu_ms=10)[:2] == pytest.approx((2800 * 3 * 20 / 100 / 3600, 6000))
+    assert hours(2800, 20, 600_000, 3, 8, 1.0, cpu_ms=10)[0] == hours(2800, 20, 600_000, 3, 8, 1.0)[0]
 
 
 def test_the_script_prints_each_split_at_each_concurrency(tiny_project, tmp_path, monkeypatch, capsys):
@@ -39,7 +42,7 @@ def test_the_script_prints_each_split_at_each_concurrency(tiny_project, tmp_path
     monkeypatch.setattr(sys, "argv", ["stark_cost.py", str(run), "--steps", "10", "--concurrency", "8", "64"])
     stark_cost().main()
     out = capsys.readouterr().out
-    # estimate, split, queries, calls, tokens, $, $ cached, calls in flight (3 agents a query), hours, RPM, TPM
+    # estimate, split, queries, calls, tokens, $, $ cached, calls in flight (3 agents a query), hours, RPM, TPM (M)
     rows = re.findall(r"^ +(observed|10 steps) +(AMAZON|MAG|PRIME) +[\d,]+ +[\d,]+ +[\d,.]+ +\$[\d,]+ +\$[\d,]+ +"
                       r"(24|192) +[\d.-]+ +[\d,]+ +[\d.]+$", out, flags=re.M)
     assert len(rows) == 2 * 3 * 2, out  # two estimates x three graphs x two concurrencies
