@@ -165,7 +165,7 @@ def estimate(run: dict, price: dict, agents: int, steps_list: list[int]) -> tupl
 
 
 def print_splits(run: dict, rows: list[tuple], args) -> None:
-    """Calls, tokens, dollars and hours of each test split, per estimate row and concurrency."""
+    """Calls, tokens, dollars and hours of each test split and all three, per estimate row and concurrency."""
     latencies = [run["model_seconds"]] if run["model_seconds"] else [min(args.latency), max(args.latency)]
     step_seconds = [latency + run["tool_seconds"] for latency in latencies]
     limits = ", ".join(f"{k} {v:,.0f}" for k, v in (("RPM", args.rpm), ("TPM", args.tpm)) if v) or "no provider limit"
@@ -177,8 +177,9 @@ def print_splits(run: dict, rows: list[tuple], args) -> None:
           f"{run['tool_seconds'] * 1000:.1f} ms of tools as measured), {limits}:")
     print(f"    {'estimate':<10} {'split':<7} {'queries':>7} {'calls':>9} {'tokens (M)':>10} {'$':>8} {'$ cached':>9}"
           f" {'in flight':>9} {'hours':>11} {'RPM':>7} {'TPM (M)':>7}")
+    splits = {**STARK_TEST, "all": sum(STARK_TEST.values())}  # all: the three one after another
     for label, steps, p, c, usd, usd_cached in rows:
-        for split, n in STARK_TEST.items():
+        for split, n in splits.items():
             for concurrency in args.concurrency:
                 spans = [hours(n, steps, p + c, args.agents, concurrency, t, args.rpm, args.tpm, args.cpu_ms)
                          for t in step_seconds]

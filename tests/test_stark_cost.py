@@ -43,7 +43,7 @@ def test_the_script_prints_each_split_at_each_concurrency(tiny_project, tmp_path
     stark_cost().main()
     out = capsys.readouterr().out
     # estimate, split, queries, calls, tokens, $, $ cached, calls in flight (3 agents a query), hours, RPM, TPM (M)
-    rows = re.findall(r"^ +(observed|10 steps) +(AMAZON|MAG|PRIME) +[\d,]+ +[\d,]+ +[\d,.]+ +\$[\d,]+ +\$[\d,]+ +"
+    rows = re.findall(r"^ +(observed|10 steps) +(AMAZON|MAG|PRIME|all) +[\d,]+ +[\d,]+ +[\d,.]+ +\$[\d,]+ +\$[\d,]+ +"
                       r"(24|192) +[\d.-]+ +[\d,]+ +[\d.]+$", out, flags=re.M)
-    assert len(rows) == 2 * 3 * 2, out  # two estimates x three graphs x two concurrencies
+    assert len(rows) == 2 * 4 * 2, out  # two estimates x (three graphs and all) x two concurrencies
     assert "1.5-3 s assumed per model call" in out
