@@ -93,7 +93,8 @@ def dollars(prompt: float, completion: float, cached: float, price: dict) -> tup
 
 
 def hours(queries: int, steps: float, tokens_per_query: float, agents: int, concurrency: int, step_seconds: float,
-          rpm: float | None = None, tpm: float | None = None, cpu_ms: float | None = None) -> tuple[float, float, float]:
+          rpm: float | None = None, tpm: float | None = None,
+          cpu_ms: float | None = None) -> tuple[float, float, float]:
     """(hours, requests per minute, tokens per minute) for ``queries`` queries of ``agents`` agents taking ``steps``
     steps each, ``concurrency`` queries in flight, stretched where a limit allows fewer calls than that concurrency
     asks for: the provider's (``rpm``, ``tpm``) or the evaluation process's own, whose one event loop spends

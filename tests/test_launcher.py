@@ -33,9 +33,9 @@ def project(tiny_project):
 
 
 def sweep(project, url: str, out: Path, *extra) -> subprocess.CompletedProcess:
-    """agent.T_max=1,2 through the submitit local executor; runs under ``out/runs``, Hydra's files under ``out/sweep``."""
-    args = [sys.executable, "-m", "ark.stages.evaluate", "--multirun", "hydra/launcher=cluster_local", "agent.T_max=1,2",
-            *project, "backbone=gpt-4.1", "backbone.model=openai/fake", f"backbone.api_base={url}",
+    """agent.T_max=1,2 through the submitit local executor; runs under ``out/runs``, Hydra's under ``out/sweep``."""
+    args = [sys.executable, "-m", "ark.stages.evaluate", "--multirun", "hydra/launcher=cluster_local",
+            "agent.T_max=1,2", *project, "backbone=gpt-4.1", "backbone.model=openai/fake", f"backbone.api_base={url}",
             "backbone.api_key_env=null", "agent.n_agents=1", "eval.progress=false", f"run.root={out}/runs",
             f"hydra.sweep.dir={out}/sweep", "hydra.sweep.subdir=${hydra.job.num}", *extra]
     # the jobs import this checkout's code, whatever the installed one

@@ -3,7 +3,7 @@
 
 Workers on several machines each write their own SQLite file (``llm.cache``), since one file on a network file
 system is not safe to write from several machines. Merging copies every row whose request key the target lacks,
-byte for byte: keys and values are the client's own (``ark.llm.client``, ``ark.llm.cache``), replies already scrubbed of keys
+byte for byte: keys and values are the client's own (``ark.llm.client``), replies already scrubbed of keys
 (``ark.secrets``) before any worker cached them. A key already in the target keeps its reply there (the target
 first, then the sources in the order given): two workers that asked the same request may have got different
 replies, and one cache replays one of them. Merging again adds nothing. The target is left checkpointed, so the
