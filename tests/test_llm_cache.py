@@ -6,6 +6,7 @@ import traceback
 
 import pytest
 
+from ark.errors import UserError
 from ark.llm.cache import ResponseCache, cache_rows
 from ark.llm.cache_merge import main as merge_main
 from ark.llm.cache_merge import merge
@@ -65,6 +66,12 @@ def test_merging_worker_caches_adds_what_is_missing_once_and_keeps_replies_alrea
     assert merge(tmp_path / "llm.sqlite", sources)["added"] == 0
     assert dict(cache_rows(tmp_path / "llm.sqlite")) == merged
     assert not (tmp_path / "llm.sqlite-wal").exists() or (tmp_path / "llm.sqlite-wal").stat().st_size == 0
+
+
+def test_a_base_that_is_not_a_cache_is_a_clear_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a database\n" * 100)
+    with pytest.raises(UserError, match="llm.cache_base .*notes.txt: not an LLM response cache"):
+        ResponseCache(tmp_path / "llm-0.sqlite", base=tmp_path / "notes.txt")
 
 
 @pytest.mark.parametrize("bad", ["missing.sqlite", "notes.txt"])

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ark.errors import UserError
+
 BUSY_TIMEOUT = 120.0  # seconds a write waits for another process's write to the same cache file
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ class ResponseCache:
             if Path(base).exists():
                 self._base = sqlite3.connect(Path(base).resolve().as_uri() + "?immutable=1", uri=True,
                                              check_same_thread=False)
+                try:
+                    self._base.execute("SELECT key, value FROM responses LIMIT 1").fetchall()
+                except sqlite3.DatabaseError as e:
+                    raise UserError(f"llm.cache_base {base}: not an LLM response cache ({e})") from None
             else:  # the first sweep, before any merge
                 log.warning("LLM cache base %s does not exist: nothing to replay from it", base)
         self._lock = threading.Lock()
