@@ -19,7 +19,6 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import litellm
 
