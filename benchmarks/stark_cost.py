@@ -1,7 +1,9 @@
-"""What an ARK run on STaRK costs with a hosted backbone: tokens and dollars per query, extrapolated to the test splits.
+"""What an ARK run on STaRK takes with a hosted backbone: calls, tokens, dollars and hours, per query and for the
+test splits.
 
     LITELLM_LOCAL_MODEL_COST_MAP=True .venv/bin/python benchmarks/stark_cost.py RUN [RUN ...] \
-        [--model gpt-4.1] [--agents 3] [--steps 20]
+        [--model gpt-4.1] [--agents 3] [--steps 20] [--concurrency 8] [--latency 1.5 3] [--rpm N] [--tpm N] \
+        [--cpu-ms 10]
 
 RUN is a run directory (holding records.jsonl and config.yaml) or a records.jsonl file. For each run it reads
 every agent trajectory of the complete queries and takes per-step [prompt, completion] tokens:
@@ -18,6 +20,13 @@ Prices come from litellm's offline price map (LITELLM_LOCAL_MODEL_COST_MAP=True)
   whole budget (the conversation cap only lowers it).
 Dollars are given without and with prompt caching (OpenAI caches a repeated prefix of >= 1024 tokens: step k
 re-sends all of step k-1's prompt and reply, billed at the cached input price).
+Hours (``hours``): ``--concurrency`` queries in flight (``eval.concurrency``), each running its agents at once, so
+``concurrency x agents`` calls are in flight; an agent's step takes the model's latency (``--latency``, a range in
+seconds; a hosted run of the priced model uses its own measured mean) plus the run's mean tool time per step. A
+query takes its steps one after another, so a split takes queries x steps x step time / concurrency, unless a limit
+allows fewer steps a minute: the provider's requests or tokens per minute (``--rpm``, ``--tpm``: your
+organisation's limits), or the evaluation process itself, one event loop spending ``--cpu-ms`` of CPU a step. The
+requests and tokens per minute of the run at that pace are printed beside the hours.
 """
 from __future__ import annotations
 
@@ -83,6 +92,21 @@ def dollars(prompt: float, completion: float, cached: float, price: dict) -> tup
     return full, full - cached * (price["input_cost_per_token"] - cache_price)
 
 
+def hours(queries: int, steps: float, tokens_per_query: float, agents: int, concurrency: int, step_seconds: float,
+          rpm: float | None = None, tpm: float | None = None,
+          cpu_ms: float | None = None) -> tuple[float, float, float]:
+    """(hours, requests per minute, tokens per minute) for ``queries`` queries of ``agents`` agents taking ``steps``
+    steps each, ``concurrency`` queries in flight, stretched where a limit allows fewer calls than that concurrency
+    asks for: the provider's (``rpm``, ``tpm``) or the evaluation process's own, whose one event loop spends
+    ``cpu_ms`` of CPU on each step. The rates are those of the run at that pace."""
+    calls_per_query = agents * steps
+    asked_rpm = concurrency * agents * 60 / step_seconds
+    asked_tpm = asked_rpm * tokens_per_query / calls_per_query
+    allowed_rpm = [limit for limit in (rpm, 60_000 / cpu_ms if cpu_ms else None) if limit]
+    slowdown = max([1.0, asked_tpm / tpm if tpm else 1.0] + [asked_rpm / limit for limit in allowed_rpm])
+    return queries * steps * step_seconds / concurrency / 3600 * slowdown, asked_rpm / slowdown, asked_tpm / slowdown
+
+
 def read_run(path: Path, model: str) -> dict:
     records_file = path if path.name == "records.jsonl" else path / "records.jsonl"
     config = OmegaConf.load(records_file.parent / "config.yaml")
@@ -90,7 +114,7 @@ def read_run(path: Path, model: str) -> dict:
     reported = backbone_model == model
     text_protocol = config.backbone.get("tool_mode") == "text"  # tools rendered inside the system prompt
     tools = None if reported or text_protocol else tool_schemas(config)
-    trajectories, queries, incomplete = [], 0, 0
+    trajectories, queries, incomplete, tool_time, model_time = [], 0, 0, [], []
     for line in open(records_file, encoding="utf-8"):
         record = json.loads(line)
         if not record.get("agents"):
@@ -102,6 +126,8 @@ def read_run(path: Path, model: str) -> dict:
         for a in record["agents"]:
             tokens = a["tokens"] if reported else recount(a["messages"], model, tools)
             trajectories.append({"tokens": tokens, "cost": a.get("cost", 0.0)})
+            tool_time += a.get("tool_time") or []
+            model_time += a.get("model_time") or []
     if not trajectories:
         raise SystemExit(f"{records_file}: no agent trajectories (a baseline run?)")
     schemas = "in the system prompt" if text_protocol else "included" if tools else "NOT included (no graph here)"
@@ -109,7 +135,9 @@ def read_run(path: Path, model: str) -> dict:
               f"recounted with litellm.token_counter({model!r}) from the stored messages (the run's backbone: "
               f"{config.backbone.name}); tool schemas {schemas}")
     return {"file": records_file, "config": config, "queries": queries, "incomplete": incomplete,
-            "trajectories": trajectories, "source": source}
+            "trajectories": trajectories, "source": source,
+            "tool_seconds": sum(tool_time) / len(tool_time) if tool_time else 0.0,
+            "model_seconds": sum(model_time) / len(model_time) if reported and model_time else None}
 
 
 def estimate(run: dict, price: dict, agents: int, steps_list: list[int]) -> tuple[list[tuple], dict]:
@@ -137,12 +165,46 @@ def estimate(run: dict, price: dict, agents: int, steps_list: list[int]) -> tupl
     return rows, {"p1": p1, "growth": d, "completion_per_step": c, "steps": steps}
 
 
+def print_splits(run: dict, rows: list[tuple], args) -> None:
+    """Calls, tokens, dollars and hours of each test split and all three, per estimate row and concurrency."""
+    latencies = [run["model_seconds"]] if run["model_seconds"] else [min(args.latency), max(args.latency)]
+    step_seconds = [latency + run["tool_seconds"] for latency in latencies]
+    limits = ", ".join(f"{k} {v:,.0f}" for k, v in (("RPM", args.rpm), ("TPM", args.tpm)) if v) or "no provider limit"
+    limits += f"; one process at {args.cpu_ms:g} ms of CPU a step: at most {1000 / args.cpu_ms:,.0f} steps/s"
+    seconds = "-".join(f"{s:.2f}" for s in sorted(set(step_seconds)))
+    latency = (f"{latencies[0]:.2f} s measured" if run["model_seconds"] else
+               "-".join(f"{s:g}" for s in sorted(set(latencies))) + " s assumed")
+    print(f"  the test splits, {args.agents} agents per query: {seconds} s per step ({latency} per model call + "
+          f"{run['tool_seconds'] * 1000:.1f} ms of tools as measured), {limits}:")
+    print(f"    {'estimate':<10} {'split':<7} {'queries':>7} {'calls':>9} {'tokens (M)':>10} {'$':>8} {'$ cached':>9}"
+          f" {'in flight':>9} {'hours':>11} {'RPM':>7} {'TPM (M)':>7}")
+    splits = {**STARK_TEST, "all": sum(STARK_TEST.values())}  # all: the three one after another
+    for label, steps, p, c, usd, usd_cached in rows:
+        for split, n in splits.items():
+            for concurrency in args.concurrency:
+                spans = [hours(n, steps, p + c, args.agents, concurrency, t, args.rpm, args.tpm, args.cpu_ms)
+                         for t in step_seconds]
+                span = "-".join(f"{h:.2f}" for h in sorted({round(h, 2) for h, _, _ in spans}))
+                rpm, tpm = max(r for _, r, _ in spans), max(t for _, _, t in spans)
+                print(f"    {label:<10} {split:<7} {n:>7,} {n * args.agents * steps:>9,.0f} {n * (p + c) / 1e6:>10,.1f}"
+                      f" {f'${usd * n:,.0f}':>8} {f'${usd_cached * n:,.0f}':>9} {concurrency * args.agents:>9,}"
+                      f" {span:>11} {rpm:>7,.0f} {tpm / 1e6:>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run directories or records.jsonl files (globs allowed)")
     parser.add_argument("--model", default="gpt-4.1", help="litellm model whose tokenizer and price apply")
     parser.add_argument("--agents", type=int, default=3, help="agents per query (paper: 3)")
     parser.add_argument("--steps", type=int, nargs="*", default=[20], help="steps per agent for the bound rows")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8],
+                        help="queries in flight (eval.concurrency; default 8)")
+    parser.add_argument("--latency", type=float, nargs="+", default=[1.5, 3.0],
+                        help="seconds per model call, one value or a range (an assumption: none was measured here)")
+    parser.add_argument("--rpm", type=float, help="the provider's requests-per-minute limit (default: none)")
+    parser.add_argument("--tpm", type=float, help="the provider's tokens-per-minute limit (default: none)")
+    parser.add_argument("--cpu-ms", type=float, default=10.0,
+                        help="CPU per step on the evaluation's one event loop (benchmarks/agent_overhead.py: ~10 ms)")
     args = parser.parse_args()
     price = litellm.model_cost[args.model]
     paths = [Path(p) for pattern in args.runs for p in sorted(glob.glob(pattern)) or [pattern]]
@@ -176,10 +238,12 @@ def main() -> None:
                   + extrapolated)
         tenth = ", ".join(f"{s} {math.ceil(0.1 * n)}" for s, n in STARK_TEST.items())
         print(f"  test-0.1 (a seeded 10%: {tenth} queries): a tenth of the figures above")
+        print_splits(run, rows, args)
     print("\nAssumptions: per-query tokens of the runs above stand in for a STaRK query (same prompt, tools and "
           "observation format; STaRK's node texts, hence observations, differ in length); steps per agent as the "
           "records hold them ('observed') or every agent using N steps with the prompt growing linearly; no "
-          "retries billed; litellm counts GPT-4.1 with cl100k_base (the model uses o200k_base).")
+          "retries billed; litellm counts GPT-4.1 with cl100k_base (the model uses o200k_base); hours: every call "
+          "takes the given latency whatever its prompt length, and a provider limit slows every call alike.")
 
 
 if __name__ == "__main__":

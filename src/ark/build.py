@@ -150,9 +150,10 @@ def local_server(cfg: DictConfig):
 
 def client(cfg: DictConfig, api_base: str | None = None, local_model=None):
     """The LLM client of ``cfg.backbone``; ``local_model``: the embedded model behind ``api_base``."""
-    from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+    from ark.llm.cache import ResponseCache
+    from ark.llm.client import Backbone, LLMClient, RetryPolicy
 
-    cache = ResponseCache(cfg.llm.cache) if cfg.llm.cache else None
+    cache = ResponseCache(cfg.llm.cache, cfg.llm.get("cache_base")) if cfg.llm.cache else None
     retry = RetryPolicy(**OmegaConf.to_container(cfg.llm.retry))
     if local_model is not None:
         retry = dataclasses.replace(retry, timeout=retry.local_timeout)

@@ -17,14 +17,12 @@ import json
 import logging
 import os
 import random
-import sqlite3
-import threading
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import litellm
 
+from ark.llm.cache import ResponseCache
 from ark.llm.result import LLMResult
 from ark.secrets import known_keys, scrub
 
@@ -39,30 +37,6 @@ RETRYABLE = (
     litellm.exceptions.Timeout,
     litellm.exceptions.APIConnectionError,
 )
-
-
-class ResponseCache:
-    """A SQLite table request-hash -> response JSON; safe to share between threads of one process."""
-
-    def __init__(self, path: str | Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> dict | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
-
-    def put(self, key: str, value: dict) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(value)))
-
-    def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
 
 @dataclass

@@ -1,0 +1,97 @@
+"""The on-disk LLM response cache (``llm.cache``): request key -> the client's result, one SQLite file.
+
+Keys and values are made by ``ark.llm.client``, which scrubs every reply of the keys a run knows before it stores
+it. Processes of one machine share a file. Workers on several machines do not (SQLite's locks do not hold on a
+network file system): each writes its own, merged afterwards (``ark.llm.cache_merge``), and may read a merged one
+as its ``base``. No litellm import here, so the merge starts at once.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ark.errors import UserError
+
+BUSY_TIMEOUT = 120.0  # seconds a write waits for another process's write to the same cache file
+log = logging.getLogger(__name__)
+
+
+class ResponseCache:
+    """A SQLite table request-hash -> response JSON; safe to share between threads of one process and between
+    processes of one machine (WAL; a writer waits up to ``BUSY_TIMEOUT`` for another). ``base``: a merged cache read
+    after this one, never written, opened immutable (no locks, so machines can read it at once; nobody may write
+    it meanwhile)."""
+
+    def __init__(self, path: str | Path, base: str | Path | None = None):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT, check_same_thread=False, isolation_level=None)
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:  # switching to WAL does not wait for a process doing the same: "database is locked" at once
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._base = None
+        if base is not None and Path(base).resolve() != Path(path).resolve():
+            if Path(base).exists():
+                self._base = sqlite3.connect(Path(base).resolve().as_uri() + "?immutable=1", uri=True,
+                                             check_same_thread=False)
+                try:
+                    self._base.execute("SELECT key, value FROM responses LIMIT 1").fetchall()
+                except sqlite3.DatabaseError as e:
+                    raise UserError(f"llm.cache_base {base}: not an LLM response cache ({e})") from None
+            else:  # the first sweep, before any merge
+                log.warning("LLM cache base %s does not exist: nothing to replay from it", base)
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            if row is None and self._base is not None:
+                row = self._base.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(value)))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def add_missing(self, rows: Iterable[tuple[str, str]]) -> int:
+        """Store the (key, value JSON) rows whose key is not here yet, in one transaction; how many were new."""
+        with self._lock:
+            before = self._db.total_changes
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR IGNORE INTO responses VALUES (?, ?)", rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return self._db.total_changes - before
+
+    def close(self) -> None:
+        """Move everything into the main file (the -wal emptied, so the file can be read immutable) and close."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.close()
+
+
+def cache_rows(path: str | Path) -> Iterator[tuple[str, str]]:
+    """Every (key, value JSON) row of the cache file at ``path``, read-only; sqlite3.DatabaseError if it is not one."""
+    db = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        yield from db.execute("SELECT key, value FROM responses")
+    finally:
+        db.close()
