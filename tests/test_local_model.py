@@ -296,7 +296,8 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert not torch.allclose(base, lm, atol=1e-3)
     assert torch.allclose(lm, lu, atol=1e-4)
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
-                               "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK}
+                               "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK,
+                               "threads": torch.get_num_threads()}
     reply = merged.generate({"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
         "max_tokens": 20})
