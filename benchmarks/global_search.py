@@ -3,8 +3,8 @@
     python benchmarks/global_search.py --graph data/graph/synthetic_mag [--queries 300] [--k 5]
         [--engines ark tantivy bm25s] [--json results.json]
 
-The corpus is the node documents of a built graph. Each engine builds its index in this process, one after the
-other; build time is wall-clock and memory is the peak resident set above what the process held before the build
+The corpus is the node documents of a built graph. Each engine runs in a fresh process of its own (the texts loaded
+first): build time is wall-clock and memory is the peak resident set above what that process held before the build
 (the texts included in that baseline: "above the texts"). Queries come in two kinds, drawn from the corpus with a
 fixed seed: "selective" (3-6 words of one document, none of the 100 commonest) and "frequent" (2-3 of the 100
 commonest words plus one of a document). Every engine answers the same queries, top --k, single-threaded;

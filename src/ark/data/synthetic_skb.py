@@ -330,7 +330,8 @@ def _mag_info(layout: Layout, edges, vocab: Vocabulary, rng) -> tuple[dict, np.n
     name[institutions] = [f.format(p) for f, p in zip(forms.tolist(),
                                                       _proper_names(len(institutions), rng, 3).tolist())]
     fields, field_rank = m["field_of_study"], layout.rank["field_of_study"]
-    second = vocab.words[len(FUNCTION_WORDS) + vocab.sample(rng, len(fields))]  # a content word
+    content = len(vocab.words) - len(FUNCTION_WORDS)  # the Zipf draw may reach the last words: wrap them around
+    second = vocab.words[len(FUNCTION_WORDS) + vocab.sample(rng, len(fields)) % content]
     name[fields] = [_capitalized(a if r < 20 else f"{a} {b}")  # the top fields are one word, as "Mathematics"
                     for a, b, r in zip(_name_words(vocab, field_rank, 0, 1).tolist(), second.tolist(),
                                        field_rank.tolist())]
