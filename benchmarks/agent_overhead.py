@@ -95,6 +95,7 @@ def main() -> int:
     p.add_argument("--latency", type=float, default=1.0, help="seconds the fake model takes per call")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--serial-queries", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=2, help="agents per level = rounds x agents in flight")
     p.add_argument("--workers", type=int, nargs="+", default=[1],
                    help="worker processes (eval.workers) for the throughput table; 1: the agents in this process")
     args = p.parse_args()
@@ -106,7 +107,7 @@ def main() -> int:
     graph = Graph.load(args.graph)
     toolbox = Toolbox(graph, load_relevance("bm25", args.index))
     names = [str(n) for n in graph.name[:: max(1, graph.num_nodes // 500)]]
-    queries = [{"id": str(i), "query": f"Which diseases are related to {names[i % len(names)]}?"} for i in range(max(args.levels) * 2)]
+    queries = [{"id": str(i), "query": f"Which diseases are related to {names[i % len(names)]}?"} for i in range(max(args.levels) * args.rounds)]
 
     urls = multiprocessing.Queue()
     server = multiprocessing.Process(target=serve, args=(args.latency, urls), daemon=True)
@@ -129,7 +130,7 @@ def main() -> int:
               f"{'efficiency':>10}")
         for w in args.workers:
             for c in args.levels:
-                agents = c * 2
+                agents = c * args.rounds
                 wall = run(policy, toolbox, queries[:agents], c) if w == 1 else \
                     run_workers(url, args.graph, args.index, queries[:agents], c, w)
                 rate = agents * steps_per_agent / wall

@@ -449,6 +449,17 @@ def test_queries_spread_over_worker_processes_give_the_records_of_one_process(ti
     assert metrics_two == metrics_one
 
 
+def test_workers_keep_exactly_the_configured_queries_in_flight():
+    from ark.agent.workers import shards
+
+    queries = [{"id": str(i)} for i in range(10)]
+    for workers, concurrency in [(1, 1), (2, 1), (2, 3), (3, 8), (4, 64), (16, 4)]:
+        split = shards(queries, workers, concurrency)
+        assert sum(c for _, c in split) == concurrency and all(c >= 1 for _, c in split), (workers, concurrency)
+        assert sorted(q["id"] for shard, _ in split for q in shard) == sorted(q["id"] for q in queries)
+    assert len(shards(queries[:2], 8, 8)) == 2  # no worker without a query
+
+
 def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
     from ark.agent.workers import run_in_workers
     from ark.errors import UserError

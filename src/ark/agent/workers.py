@@ -33,10 +33,8 @@ def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
     results = ctx.Queue()
     config = OmegaConf.to_container(cfg, resolve=True)
-    concurrency = max(1, -(-cfg.eval.concurrency // workers))
-    shards = [queries[i::workers] for i in range(workers)]
     procs = [ctx.Process(target=_work, args=(config, shard, concurrency, results, os.getpid()), daemon=True)
-             for shard in shards if shard]
+             for shard, concurrency in shards(queries, workers, cfg.eval.concurrency)]
     by_id = {q["id"]: q for q in queries}
     calls, seconds, running = 0, 0.0, len(procs)
     for p in procs:
@@ -63,6 +61,13 @@ def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record
                 p.terminate()
             p.join()
     return calls, seconds
+
+
+def shards(queries: list[dict], workers: int, concurrency: int) -> list[tuple[list[dict], int]]:
+    """(queries, queries in flight) of each worker: every ``workers``-th query, and ``concurrency`` split so that
+    the workers together keep exactly that many in flight (no more workers than that)."""
+    workers = min(workers, concurrency, len(queries))
+    return [(queries[i::workers], concurrency // workers + (i < concurrency % workers)) for i in range(workers)]
 
 
 def _work(config: dict, shard: list[dict], concurrency: int, results, parent: int) -> None:

@@ -82,6 +82,7 @@ class ChatServer:
         self._running: dict[str, list] = {}  # request key -> [future, request, claimed by a retry]
         self._kept: OrderedDict[str, dict] = OrderedDict()  # request key -> a reply whose client had gone
         self.socket = socket.create_server((host, port), backlog=256)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by each connection
         app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["GET", "POST"])])
         config = uvicorn.Config(app, http="h11", lifespan="off", log_config=None, log_level="warning",
                                 access_log=False, backlog=256)
