@@ -5,6 +5,7 @@ once per module): a random model is the worst case for the grammar, since it alm
 valid token. The real SmolLM2 runs only in the ``slow`` tests.
 """
 import copy
+import os
 import hashlib
 import json
 import threading
@@ -382,3 +383,15 @@ def test_smollm2_through_chat_server_and_litellm(tools, tmp_path):
             assert call.function.name in _schemas(tools)
             jsonschema.validate(json.loads(call.function.arguments), _schemas(tools)[call.function.name])
             assert resp.usage.completion_tokens <= 100 and resp.usage.prompt_tokens > 100
+
+
+def test_importing_ark_shortens_openmp_spinning_unless_the_user_set_it():
+    import subprocess
+    import sys
+
+    code = "import ark, os; print(os.environ['GOMP_SPINCOUNT'])"
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "10000"
+    assert subprocess.run([sys.executable, "-c", code], env={**env, "GOMP_SPINCOUNT": "500"}, capture_output=True,
+                          text=True, check=True).stdout.strip() == "500"
