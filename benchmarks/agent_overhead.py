@@ -102,10 +102,10 @@ def main() -> int:
     if not Path(args.graph, "schema.json").exists():
         print(f"error: no graph at {args.graph}; run `dvc repro build_index@bm25` first", file=sys.stderr)
         return 1
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else \
-        platform.processor()
-    print(f"machine: {cpu} | {os.cpu_count()} CPUs | {platform.platform()} | Python {platform.python_version()}")
+    from global_search import machine  # benchmarks/ is this script's directory, first on sys.path
+
+    print(f"machine: {machine()['cpu']} | {os.cpu_count()} CPUs | {platform.platform()} | "
+          f"Python {platform.python_version()}")
     print(f"command: {' '.join(sys.argv)}")
     graph = Graph.load(args.graph)
     toolbox = Toolbox(graph, load_relevance("bm25", args.index))
