@@ -123,8 +123,10 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     assert sorted(out["figures"]) == ["figure2_hit1.png", "figure2_latency.png", "figure2_recall20.png",
                                       "figure3_neighborhood_by_query_type.png", "figure5_neighborhood_calls.png"]
     assert all((figures / f).read_bytes()[:4] == b"\x89PNG" for f in out["figures"])
-    metrics = json.loads(Path(cfg.report.metrics).read_text())
+    metrics = json.loads((tables / "numbers.json").read_text())
     ark = metrics["table1"]["ARK (rules_sampled)"]
+    headline = json.loads(Path(cfg.report.metrics).read_text())  # the few numbers `dvc metrics show` prints
+    assert headline["hit@1"]["ark"] == {q: ark[f"{q} Hit@1"] for q in headline["hit@1"]["ark"]}
     # Table 3 re-fuses the stored per-agent lists: its voting row must equal the run's own scores
     assert {k: v for k, v in metrics["table3"]["voting"].items()} == {k: ark[k] for k in metrics["table3"]["voting"]}
     assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
@@ -139,9 +141,21 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
 def test_the_readme_results_blocks_are_the_reports_tables(tmp_path):
     from ark.report.readme import ROOT, main, sync
 
-    assert main(["--check"]) == 0  # README.md's blocks equal results/tables/*.md (python -m ark.report.readme)
+    # README.md's and docs/*.md's blocks equal their generated files, and no number is written by hand
+    assert main(["--check"]) == 0
     readme = tmp_path / "README.md"
     readme.write_text("x\n<!-- results/tables/table1.md -->\nold numbers\n<!-- end -->\n")
     assert sync(readme, ROOT, check=True) == ["results/tables/table1.md"]
     sync(readme, ROOT)
     assert "old numbers" not in readme.read_text() and sync(readme, ROOT, check=True) == []
+
+
+def test_hand_written_measured_numbers_are_found_outside_blocks_fences_and_code():
+    from ark.report.readme import prose_numbers
+
+    text = ("Took 2.4 h and 34 min; 86 % of it, 48.00 here, 1.64× faster, 9.1 GB peak, 160 tokens/s.\n"
+            "Release 0.1.24, `3.11`, T_max 20, 3 agents, Table 5, hit@1, 2 cores.\n"
+            "```\npython x.py --sizes 100000 0.5 --timeout 30s\n```\n"
+            "<!-- results/tables/table1.md -->\n| 11.16 | 5 % |\n<!-- end -->\nlast 7.5\n")
+    assert prose_numbers(text) == [(1, "2.4 h"), (1, "34 min"), (1, "86 %"), (1, "48.00"), (1, "1.64×"),
+                                   (1, "9.1 GB"), (1, "160 tokens/s"), (9, "7.5")]

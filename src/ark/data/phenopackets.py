@@ -13,11 +13,13 @@ silently. Splits are PMID-disjoint: each PMID is hashed into train/val/test.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import urllib.request
+import zipfile
 import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -146,14 +148,118 @@ def pmid_of(packet: dict) -> str:
 
 
 def source_identity(path_or_url) -> dict:
-    """Which phenopacket file: its name, and its sha256 when it is a local file."""
-    from ark.io import sha256_file
-
+    """Which phenopacket file: its name, and the sha256 of its content (decompressed) when it is a local file."""
     source = str(path_or_url)
     local = not source.startswith(("http://", "https://"))
     if local and not Path(source).is_file():
         raise UserError(f"no phenopacket file at {source}")
-    return {"file": Path(source).name, "sha256": sha256_file(source) if local else None}
+    return {"file": Path(source).name, "sha256": content_sha256(source) if local else None}
+
+
+def content_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's content, decompressed if it is gzipped (so that how it was compressed does not count)."""
+    with open(path, "rb") as f:
+        is_gzip = f.read(2) == _GZIP_MAGIC
+    h = hashlib.sha256()
+    with (gzip.open if is_gzip else open)(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- the public release -> JSON Lines
+
+
+def fetch_release(source: dict, out_dir: str | os.PathLike, mirror: str | None = None) -> Path:
+    """The configured phenopacket-store cases as one gzipped JSON Lines file ``out_dir/<source.file>``.
+
+    ``source`` (conf/dataset/phenopacket_store.yaml): ``release`` {version, url, sha256 of the archive or null},
+    ``cases`` (a file of case ids, or null for all), ``file`` and ``content_sha256`` (of the JSON Lines, checked).
+    With ``mirror`` set, ``<mirror>/<source.mirror_path>/`` is read instead of the network: it holds the converted
+    file itself or the release archive. A file already in place with the right content is kept.
+    """
+    target = Path(out_dir) / source["file"]
+    if target.is_file() and content_sha256(target) == source["content_sha256"]:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    archive_name = source["release"]["url"].rsplit("/", 1)[-1]
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        staged = Path(tmp) / source["file"]
+        if mirror:
+            where = Path(mirror) / source["mirror_path"]
+            if (where / source["file"]).is_file():
+                shutil.copyfile(where / source["file"], staged)
+            elif (where / archive_name).is_file():
+                _check_archive(where / archive_name, source["release"])
+                convert_release(where / archive_name, staged, _case_ids(source.get("cases")))
+            else:
+                raise UserError(f"the mirror {where} holds neither {source['file']} nor {archive_name} "
+                                f"(mirror={mirror}, from ARK_MIRROR)")
+        else:
+            archive = Path(tmp) / archive_name
+            _download(source["release"]["url"], archive)
+            _check_archive(archive, source["release"])
+            convert_release(archive, staged, _case_ids(source.get("cases")))
+        digest = content_sha256(staged)
+        if digest != source["content_sha256"]:
+            raise UserError(f"{source['file']}: content sha256 {digest} != pinned {source['content_sha256']} "
+                            "(another release, or another selection of cases?)")
+        os.replace(staged, target)
+    return target
+
+
+def _download(url: str, to: Path) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, to.open("wb") as out:
+            shutil.copyfileobj(response, out)
+    except OSError as e:  # URLError, HTTPError, a timeout
+        raise UserError(f"could not download {url} ({getattr(e, 'reason', e)}); offline, set ARK_MIRROR "
+                        "(or mirror=) to a directory holding a copy (docs/data.md)") from None
+
+
+def _check_archive(path: Path, release: dict) -> None:
+    from ark.io import sha256_file
+
+    if release.get("sha256") and sha256_file(path) != release["sha256"]:
+        raise UserError(f"{path}: sha256 {sha256_file(path)} != pinned {release['sha256']} (release {release['version']})")
+
+
+def _case_ids(path) -> list[str] | None:
+    if not path:
+        return None
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def convert_release(archive: str | os.PathLike, out: str | os.PathLike, case_ids: list[str] | None = None) -> int:
+    """A phenopacket-store release archive (a ZIP of ``<tag>/<cohort>/<case>.json``) -> gzipped JSON Lines.
+
+    One compact JSON object per line, as published; the cases ``case_ids`` lists, in its order (a case in
+    two cohorts is taken once, from the first by path), or every case in path order. Returns the count.
+    """
+    packets: dict[str, str] = {}
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for name in sorted(n for n in zf.namelist() if n.endswith(".json")):
+                try:
+                    packet = json.loads(zf.read(name))
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise UserError(f"{archive}: {name} is not a JSON phenopacket ({e})") from None
+                if isinstance(packet, dict) and packet.get("id"):
+                    packets.setdefault(str(packet["id"]), json.dumps(packet, ensure_ascii=False, separators=(",", ":")))
+    except zipfile.BadZipFile as e:
+        raise UserError(f"{archive}: not a ZIP archive ({e}); truncated download?") from None
+    if case_ids is not None:
+        missing = [i for i in case_ids if i not in packets]
+        if missing:
+            raise UserError(f"{archive}: {len(missing)} listed cases are not in the release (first: {missing[0]})")
+        lines = [packets[i] for i in case_ids]
+    else:
+        lines = list(packets.values())
+    with open(out, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+        for line in lines:
+            f.write(line.encode("utf-8") + b"\n")
+    return len(lines)
 
 
 def case_publications(packets) -> set[str]:

@@ -63,9 +63,18 @@ class Table:
         return out.getvalue()
 
     def numbers(self) -> dict:
-        """{row label: {column: value}} of the numeric cells (the DVC metrics of the report)."""
+        """{row label: {column: value}} of the numeric cells (``tables/numbers.json``)."""
         return {label: {c: v for c, v in zip(self.columns, row) if isinstance(v, (int, float))}
                 for label, row in zip(self.labels, self.rows)}
+
+
+def headline(table1: dict, query_sets: list[str]) -> dict:
+    """The few numbers ``dvc metrics show`` prints: Hit@1 (x100) of BM25 and of ARK on each query set, from
+    Table 1's numbers (``Table.numbers``); every table's numbers are in ``tables/numbers.json``."""
+    rows = {"bm25": table1.get("BM25", {}),
+            "ark": next((v for k, v in table1.items() if k.startswith("ARK")), {})}
+    return {"hit@1": {method: {q: row[f"{q} Hit@1"] for q in query_sets if f"{q} Hit@1" in row}
+                      for method, row in rows.items()}}
 
 
 def _cell(value) -> str:

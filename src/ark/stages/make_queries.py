@@ -38,6 +38,10 @@ def make(cfg: DictConfig) -> tuple[dict, dict]:
 def run(cfg: DictConfig) -> dict:
     splits, stats = make(cfg)
     stats["config"] = OmegaConf.to_container(cfg.queries, resolve=True)
+    if stats["config"].get("source"):  # which file, not where this checkout keeps it
+        from ark.data.phenopackets import source_identity
+
+        stats["config"]["source"] = source_identity(cfg.queries.source)
     counts = write_query_splits(splits, cfg.dataset.queries_dir, stats)
     return {"queries": counts, **{k: v for k, v in stats.items() if k != "config"}}
 

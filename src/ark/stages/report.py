@@ -1,8 +1,9 @@
 """Stage report: every table (Markdown + CSV) and figure (PNG) of the paper from the runs under ``report.runs``.
 
 ``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
-STaRK numbers beside ours), ``results/figures/`` (Figures 2-5) and ``results/metrics.json`` (every number of the
-BioKG tables, for ``dvc metrics show``). Runs are recognised by their stored configs (``ark.report``).
+STaRK numbers beside ours), ``results/figures/`` (Figures 2-5), ``results/tables/numbers.json`` (every number of the
+BioKG tables) and ``results/metrics.json`` (the headline numbers ``dvc metrics show`` prints). Runs are
+recognised by their stored configs (``ark.report``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ark.io import write_json
 from ark.report.figures import biokg_figures
 from ark.report.paper import stark_tables
 from ark.report.runs import graph, load_runs
-from ark.report.tables import biokg_tables
+from ark.report.tables import biokg_tables, headline
 from ark.stages import clear_errors
 from ark.tracking import log_files, log_summary, stage_run
 
@@ -42,7 +43,9 @@ def run(cfg: DictConfig) -> dict:
         (tables_dir / f"{t.name}.csv").write_text(t.csv())
     figures = biokg_figures(runs, r, Path(r["distill"]), figures_dir) if r["biokg"] else []
     if r["biokg"]:
-        write_json(Path(r["metrics"]), {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")})
+        numbers = {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")}
+        write_json(tables_dir / "numbers.json", numbers)
+        write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"]))
     return {"runs": len(runs), "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
 
