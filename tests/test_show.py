@@ -82,3 +82,18 @@ def test_an_unknown_query_or_run_is_one_line_and_exit_2(published, capsys):
     assert err.startswith("ark: no query 'q9'") and "0..2" in err and len(err.splitlines()) == 1
     assert main(["show", "evaluate@missing", *overrides]) == 2
     assert capsys.readouterr().err.startswith("ark: no run at evaluate@missing: no ")
+
+
+def test_a_run_copied_where_no_data_is_still_shows_its_trajectories(published, tmp_path):
+    """A clone that has a run directory (a shipped example) but neither the graph nor the query files."""
+    import shutil
+
+    run_dir, _ = published
+    copy = tmp_path / "elsewhere" / "example"
+    shutil.copytree(run_dir, copy)
+    nowhere = [f"paths.root={tmp_path}/empty", f"paths.data={tmp_path}/empty/data"]
+    text = text_of(str(copy), "q2", overrides=nowhere)
+    assert text.startswith("(without node names and gold marks: ")
+    assert "#1 q2" in text and text.count("── agent ") == 2 and "search_in_graph(" in text
+    assert "gold   unknown" in text and "✓" not in text
+    assert re.search(r"^   1   \[4\]\s*$", text.split("── fused ranking")[1], re.M)  # ids, no names

@@ -23,3 +23,32 @@ def figure(name: str, results: Path = RESULTS) -> None:
     if not path.exists():
         raise FileNotFoundError(f"{path} not written: run `dvc repro report`")
     display(Image(filename=str(path)))
+
+
+def execute_all(notebooks: Path, out: Path) -> list[Path]:
+    """Run every notebook of ``notebooks`` headless (from there, as a reader would) and write the executed copy,
+    figures included, to ``out``; an error in a notebook raises. No timings are recorded, so the same results give
+    the same files."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(Path(notebooks).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nb.metadata.pop("widgets", None)
+        nbformat.write(nb, out / path.name)
+        written.append(out / path.name)
+    return written
+
+
+if __name__ == "__main__":  # python -m ark.report.notebook: the executed copies, as the report stage writes them
+    from omegaconf import OmegaConf
+
+    from ark.cli import compose
+
+    report = OmegaConf.to_container(compose([]).report, resolve=True)
+    for p in execute_all(Path(report["notebooks"]), Path(report["executed"])):
+        print(p)

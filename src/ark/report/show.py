@@ -42,9 +42,13 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
         print(list_queries(run, run_dir, config, records, scores), file=out)
         return
     position, record = pick(records, query, run)
-    graph = run_graph(config, tuple(overrides))
-    gold = next((set(q["answer_ids"]) for q in run_queries(config, tuple(overrides), limit=False)
-                 if q["id"] == record.id), None)
+    graph = gold = None
+    try:  # a clone without the data (not pulled, not rebuilt) still shows the trajectories
+        graph = run_graph(config, tuple(overrides))
+        gold = next((set(q["answer_ids"]) for q in run_queries(config, tuple(overrides), limit=False)
+                     if q["id"] == record.id), None)
+    except UserError as e:
+        print(f"(without node names and gold marks: {e}; `make pull` or `dvc repro` brings the data)", file=out)
     print(query_text(run_dir, config, position, record, scores.get(record.id), gold, graph, max_lines), file=out)
 
 
@@ -118,7 +122,7 @@ def query_text(run_dir: Path, config: dict, position: int, record: QueryRecord, 
     lines = [run_header(run_dir, config),
              f"query  #{position} {record.id}",
              *textwrap.wrap(record.query, WIDTH - 7, initial_indent="       ", subsequent_indent="       "),
-             "gold   " + (count(len(gold), "node") if gold is not None else "unknown (query id not in the query file)"),
+             "gold   " + (count(len(gold), "node") if gold is not None else "unknown"),
              "scores " + ("  ".join(f"{k} {v:.3f}" for k, v in scores.items() if k != "complete")
                           if scores else "none (no scores.jsonl)") + f"   wall time {record.wall_time:.2f} s"]
     for agent in record.agents:
@@ -209,13 +213,14 @@ def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph) -> li
     rows = [(f"{rank:>4}", v, f"{scores[rank - 1]:>7.2f}" if rank <= len(scores) else "")
             for rank, v in enumerate(top, 1)]
     missed = [v for v in sorted(gold) if v not in top]
-    type_width = max([len(graph.type_name(v)) for v in top + missed] + [1])
+    type_name = graph.type_name if graph is not None else lambda v: ""
+    type_width = max([len(type_name(v)) for v in top + missed] + [1])
     id_width = max([len(str(v)) for v in top + missed] + [1])
 
     def node(rank: str, v: int, score: str = "", note: str = "") -> str:
         mark = GOLD if v in gold else " "
-        return cut(f"{rank} {mark} {f'[{v}]':<{id_width + 2}}  {graph.type_name(v):<{type_width}}  {score}"
-                   f"{'  ' * bool(score)}{graph.name[v]}" + (f"   {note}" if note else ""))
+        return cut(f"{rank} {mark} {f'[{v}]':<{id_width + 2}}  {type_name(v):<{type_width}}  {score}"
+                   f"{'  ' * bool(score)}{graph.name[v] if graph is not None else ''}" + (f"   {note}" if note else ""))
 
     lines += [node(rank, v, score) for rank, v, score in rows] or ["     (empty)"]
     if len(record.ranking) > TOP:

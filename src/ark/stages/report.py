@@ -2,8 +2,9 @@
 
 ``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
 STaRK numbers beside ours), ``results/figures/`` (Figures 2-5), ``results/tables/numbers.json`` (every number of the
-BioKG tables) and ``results/metrics.json`` (the headline numbers ``dvc metrics show`` prints). Runs are
-recognised by their stored configs (``ark.report``).
+BioKG tables), ``results/metrics.json`` (the headline numbers ``dvc metrics show`` prints) and
+``results/notebooks/`` (the notebooks, executed on those files). Runs are recognised by their stored
+configs (``ark.report``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ark.io import write_json
 from ark.report.figures import biokg_figures
+from ark.report.notebook import execute_all
 from ark.report.paper import stark_tables
 from ark.report.runs import graph, load_runs
 from ark.report.tables import biokg_tables, headline
@@ -46,7 +48,8 @@ def run(cfg: DictConfig) -> dict:
         numbers = {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")}
         write_json(tables_dir / "numbers.json", numbers)
         write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"]))
-    return {"runs": len(runs), "tables": [t.name for t in tables], "figures": [p.name for p in figures],
+    notebooks = execute_all(Path(r["notebooks"]), Path(r["executed"])) if r["biokg"] else []
+    return {"runs": len(runs), "notebooks": [p.name for p in notebooks], "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
 
 
