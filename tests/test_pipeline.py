@@ -142,23 +142,3 @@ def test_a_stage_with_bad_input_exits_2_with_one_clear_line(tmp_path):
                           f"hydra.run.dir={tmp_path}/hydra"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: no graph at") and "Traceback" not in out.stderr
-
-
-def test_the_readme_results_table_matches_the_committed_metrics():
-    """Every row of README.md or docs/ naming a run (`stage@entry`) shows that run's published metrics, as `dvc repro` wrote them."""
-    import re
-
-    from ark.report.readme import documents
-
-    table = [[c.strip() for c in line.strip().strip("|").split("|")]
-             for doc in documents() for line in doc.read_text().splitlines() if line.startswith("| ")]
-    run = re.compile(r"`(baseline|evaluate)@[\w-]+`")
-    rows = [(cells, i) for cells in table for i, c in enumerate(cells) if run.fullmatch(c)]  # then n and 4 metrics
-    assert len(rows) >= 10
-    for cells, i in rows:
-        line = " | ".join(cells)
-        stage, entry = cells[i].strip("`").split("@")
-        metrics = json.loads((ROOT / "results" / stage / entry / "metrics.json").read_text())
-        shown = [float(c) for c in cells[i + 2:i + 6]]
-        assert int(cells[i + 1]) == metrics["n_queries"], line
-        assert shown == [round(100 * metrics[k], 2) for k in ("hit@1", "hit@5", "recall@20", "mrr")], line

@@ -156,6 +156,6 @@ def test_hand_written_measured_numbers_are_found_outside_blocks_fences_and_code(
     text = ("Took 2.4 h and 34 min; 86 % of it, 48.00 here, 1.64× faster, 9.1 GB peak, 160 tokens/s.\n"
             "Release 0.1.24, `3.11`, T_max 20, 3 agents, Table 5, hit@1, 2 cores.\n"
             "```\npython x.py --sizes 100000 0.5 --timeout 30s\n```\n"
-            "<!-- results/tables/table1.md -->\n| 11.16 | 5 % |\n<!-- end -->\nlast 7.5\n")
+            "<!-- results/tables/table1.md -->\n| 11.16 | 5 % |\n<!-- end -->\nlast 7.5, 96,059 nodes\n")
     assert prose_numbers(text) == [(1, "2.4 h"), (1, "34 min"), (1, "86 %"), (1, "48.00"), (1, "1.64×"),
-                                   (1, "9.1 GB"), (1, "160 tokens/s"), (9, "7.5")]
+                                   (1, "9.1 GB"), (1, "160 tokens/s"), (9, "7.5"), (9, "96,059")]

@@ -3,8 +3,8 @@
 ``python -m ark.report.readme`` copies each ``<!-- <file>.md -->`` … ``<!-- end -->`` block from the generated
 file it names (under ``results/`` or ``benchmarks/results/``; a table's runs list left out). ``--check`` changes
 nothing and exits 1 naming the blocks that differ and every measured-looking number written by hand outside a block,
-a code fence or an inline code span: a percentage, a figure with a unit of time, size or speed, or a decimal
-(a test runs it).
+a code fence or an inline code span: a percentage, a figure with a unit of time, size or speed, a decimal or a count written with
+thousands separators (a test runs it).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 BLOCK = re.compile(r"(<!-- ((?:results|benchmarks/results)/[\w./-]+\.md) -->\n)(.*?)(<!-- end -->)", re.S)
 UNIT = r"(?:%|×|x\b|ms\b|s\b|min\b|h\b|[KMGT]i?B\b|tokens/s\b|q/s\b|queries/h(?:our)?\b|hours?\b|minutes?\b|seconds?\b)"
-PROSE_NUMBER = re.compile(rf"(?<![\w.@/-])\d[\d,]*(?:\.\d+)?\s?{UNIT}|(?<![\w.@/-])\d+\.\d+(?![\w.])")
+PROSE_NUMBER = re.compile(rf"(?<![\w.@/-])\d[\d,]*(?:\.\d+)?\s?{UNIT}|(?<![\w.@/-])\d+\.\d+(?![\w.])"
+                          r"|(?<![\w.@/-])\d{1,3}(?:,\d{3})+(?![\w.])")  # and counts such as 96,059
 HIDDEN = re.compile(r"```.*?```|<!-- [^\n]*? -->\n.*?<!-- end -->|`[^`\n]*`", re.S)
 
 
