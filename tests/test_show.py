@@ -97,3 +97,14 @@ def test_a_run_copied_where_no_data_is_still_shows_its_trajectories(published, t
     assert "#1 q2" in text and text.count("── agent ") == 2 and "search_in_graph(" in text
     assert "gold   unknown" in text and "✓" not in text
     assert re.search(r"^   1   \[4\]\s*$", text.split("── fused ranking")[1], re.M)  # ids, no names
+
+
+def test_the_shipped_example_run_shows_in_a_clone_without_data(tmp_path, capsys):
+    """README's example: results/examples/ark-synthetic, read where no graph or query file exists."""
+    example = Path(__file__).resolve().parents[1] / "results/examples/ark-synthetic"
+    assert main(["show", str(example), f"paths.data={tmp_path}/data"]) == 0
+    listing = capsys.readouterr().out
+    assert "3 queries, hit@1" in listing and "rules_sampled" in listing
+    assert main(["show", str(example), "0", f"paths.data={tmp_path}/data"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("── agent ") == 3 and "search_in_graph(" in text and "gold   unknown" in text
