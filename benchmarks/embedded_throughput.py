@@ -32,7 +32,7 @@ import torch
 
 import ark  # noqa: F401  (offline environment defaults)
 from ark.build import toolbox
-from ark.cli import compose
+from ark.config import compose
 from ark.llm.client import Backbone, LLMClient
 from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.weights import cpu_has_bf16, resolve_dtype

@@ -22,10 +22,9 @@ def shared_dir() -> Path:
 
 
 def compose_cfg(overrides, hydra_config=False):
-    from hydra import compose, initialize_config_dir
+    from ark.config import compose
 
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+    return compose(overrides, hydra_config)
 
 
 @pytest.fixture

@@ -13,17 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from ark.config import compose
 from ark.errors import UserError
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
 
 
 def printer(graph, max_lines: int, out=sys.stdout):

@@ -79,15 +79,9 @@ def select(runs: list[RunData], **settings) -> list[RunData]:
 
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
     """The project's config for a stored dataset and query set name: where their files are on this machine."""
-    from hydra import compose
-    from hydra.core.global_hydra import GlobalHydra
+    from ark.config import compose
 
-    overrides = [f"dataset={dataset}", f"queries={queries}", "logger=none", *paths]
-    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (the report stage)
-        return compose("config", overrides=overrides)
-    from ark.cli import compose as compose_project
-
-    return compose_project(overrides)
+    return compose([f"dataset={dataset}", f"queries={queries}", "logger=none", *paths])
 
 
 @lru_cache(maxsize=4)

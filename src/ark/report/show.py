@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from ark.cli import compose
+from ark.config import compose
 from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import run_graph, run_queries
