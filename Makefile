@@ -44,7 +44,7 @@ test: install
 	$(BIN)/pytest -q
 
 test-all: install
-	$(BIN)/pytest -q -m "not gpu"
+	$(BIN)/pytest -q -m "slow or not slow"
 
 bench: install
 	$(BIN)/python benchmarks/tools_latency.py

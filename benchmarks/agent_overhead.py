@@ -102,7 +102,7 @@ def main() -> int:
     if not Path(args.graph, "schema.json").exists():
         print(f"error: no graph at {args.graph}; run `dvc repro build_index@bm25` first", file=sys.stderr)
         return 1
-    from global_search import machine  # benchmarks/ is this script's directory, first on sys.path
+    from common import machine  # benchmarks/ is this script's directory, first on sys.path
 
     print(f"machine: {machine()['cpu']} | {os.cpu_count()} CPUs | {platform.platform()} | "
           f"Python {platform.python_version()}")

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -37,6 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from ark.distill.attention import PACKED_SDPA, register  # noqa: E402
 from ark.distill.sft import pack_bins  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
+from common import machine  # noqa: E402
 
 # architectures from the models' published config.json files (Qwen3: tied embeddings only for the 4B)
 SHAPES = {
@@ -210,23 +211,7 @@ def run_trl(args) -> dict:
     if args.device.startswith("cuda"):
         figures["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)
     print(json.dumps(figures), flush=True)
-    return {"settings": vars(args), "machine": machine(args.device), "results": [figures]}
-
-
-def machine(device: str) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform()}
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(0)
-    else:
-        info["cpu"] = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                            if line.startswith("model name")), platform.processor())
-        info["threads"] = torch.get_num_threads()
-    for name in ("transformers", "peft", "liger_kernel"):
-        try:
-            info[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
-            pass
-    return info
+    return {"settings": vars(args), "machine": machine(("transformers", "peft", "liger_kernel")), "results": [figures]}
 
 
 def peak_tflops(device: str, given: float | None) -> float | None:
@@ -271,7 +256,7 @@ def run(args) -> dict:
             figures["mfu"] = round(figures["model_tflops_per_s"] / peak, 4)
         results.append({"case": name, **figures})
         print(json.dumps(results[-1]), flush=True)
-    return {"settings": settings, "linear_params": linear, "peak_tflops": peak, "machine": machine(args.device),
+    return {"settings": settings, "linear_params": linear, "peak_tflops": peak, "machine": machine(("transformers", "peft", "liger_kernel")),
             "results": results}
 
 

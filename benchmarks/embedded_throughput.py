@@ -21,9 +21,7 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,22 +34,12 @@ from ark.config import compose
 from ark.llm.client import Backbone, LLMClient
 from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.weights import cpu_has_bf16, resolve_dtype
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
+from common import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "results/runs/evaluate/base-synthetic"  # SmolLM2 trajectories that dvc repro writes
 OVERRIDES = ["+experiment=embedded", "dataset=biokg", "queries=synthetic", "logger=none"]
-
-
-def machine() -> dict:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-    flags = fields.get("Flags", "").split()
-    return {"cpu": fields.get("Model name", platform.processor()).strip(), "cpus": os.cpu_count(),
-            "bf16_flags": [f for f in flags if f in ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")],
-            "native_bf16": cpu_has_bf16(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "python": platform.python_version(),
-            # set, these make torch use AVX2 kernels only: an AVX2-only CPU on one with AVX512/AMX
-            "isa_limits": {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ}}
 
 
 def workload(records: Path, n_queries: int, concurrency: int) -> list[dict]:
@@ -135,7 +123,7 @@ def main() -> None:
     models_dir = Path(compose(OVERRIDES).paths.models)
     requests = workload(args.records, args.queries, args.concurrency)
     steps_per_query = len(requests) / args.queries
-    info = {"machine": machine(), "records": str(args.records.relative_to(ROOT)), "queries": args.queries,
+    info = {"machine": {**machine(), "native_bf16": cpu_has_bf16()}, "records": str(args.records.relative_to(ROOT)), "queries": args.queries,
             "concurrency": args.concurrency, "requests": len(requests), "loadavg_before": os.getloadavg()}
     print(json.dumps(info["machine"]), f"| {len(requests)} requests, {steps_per_query:g} per query", flush=True)
 

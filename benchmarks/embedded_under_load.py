@@ -24,16 +24,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
+from common import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUSY = "while True: pass"
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def loadavg() -> list[float]:
@@ -70,9 +65,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "logs/embedded_under_load.json")
     ap.add_argument("extra", nargs="*", help="further overrides for both runs (e.g. eval.concurrency=2)")
     args = ap.parse_args()
-    info = {"cpu": cpu_name(), "cpus": os.cpu_count(), "limit": args.limit, "busy": args.busy, "overrides": args.extra,
+    info = {"machine": machine(), "limit": args.limit, "busy": args.busy, "overrides": args.extra,
             "env": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}}
-    print(f"CPU: {info['cpu']} ({info['cpus']} CPUs)", flush=True)
+    print(f"CPU: {info['machine']['cpu']} ({info['machine']['cpus']} CPUs)", flush=True)
     tmp = tempfile.mkdtemp(prefix="ark-under-load-")  # kept: the runs' records and Hydra logs
     info["runs"] = tmp
     info["quiet"] = evaluate(Path(tmp, "quiet"), args.limit, args.extra)

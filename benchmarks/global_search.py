@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import re
 import shlex
 import sys
@@ -27,17 +25,11 @@ from pathlib import Path
 import numpy as np
 
 import ark  # noqa: F401  (offline environment defaults)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
+from common import machine  # noqa: E402
 
 WORD = re.compile(r"(?u)\b\w\w+\b")
 ALNUM = re.compile(r"[^\W_]+")  # what tantivy's default tokenizer splits text into
-
-
-def machine() -> dict:
-    model = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                  if l.startswith("model name")), platform.processor())
-    flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
-    return {"cpu": model, "cpus": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags, "amx": "amx_tile" in flags,
-            "python": platform.python_version(), "load_average": os.getloadavg()[0]}
 
 
 def rss_mb() -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shlex
@@ -35,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
+from common import machine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_HUBS = 100
@@ -159,20 +160,6 @@ def run_step(step: str, args, nodes: int, work: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def machine() -> dict:
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-    versions = {}
-    for name in ("numpy", "polars", "bm25s", "torch"):
-        try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
-            pass
-    return {"cpu": fields.get("Model name", platform.processor()).strip(), "cpus": os.cpu_count(),
-            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
-            "platform": platform.platform(), "python": platform.python_version(), **versions}
-
-
 # ---------------------------------------------------------------- report
 def plot(results: list[dict], path: Path, skb: str) -> None:
     import matplotlib
@@ -271,7 +258,7 @@ def main(argv=None) -> int:
         print(json.dumps(result))
         return 0
 
-    info = {"machine": machine(), "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+    info = {"machine": machine(("numpy", "polars", "bm25s", "torch")), "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
             "skb": args.skb, "seed": args.seed, "calls": args.calls, "loadavg_before": os.getloadavg(),
             "targets": TARGETS, "results": []}
     print(json.dumps(info["machine"]))

@@ -22,7 +22,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.graph_scale import machine, query_words  # noqa: E402
+from benchmarks.common import machine  # noqa: E402
+from benchmarks.graph_scale import query_words  # noqa: E402
 
 MAG_NODES = 1_872_968
 
