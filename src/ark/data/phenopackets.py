@@ -58,17 +58,10 @@ def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
     """
     source = str(path_or_url)
     if source.startswith(("http://", "https://")):
-        tmp_dir = tempfile.mkdtemp(prefix="phenopackets-")
-        try:
+        with tempfile.TemporaryDirectory(prefix="phenopackets-") as tmp_dir:
             local = Path(tmp_dir) / "download"
-            try:
-                with urllib.request.urlopen(source) as response, local.open("wb") as out:
-                    shutil.copyfileobj(response, out)
-            except OSError as e:  # URLError, HTTPError, a timeout
-                raise UserError(f"could not download {source} ({e})") from None
+            _download(source, local)
             yield from _read_jsonl(local, source)
-        finally:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
     else:
         yield from _read_jsonl(Path(source), source)
 
