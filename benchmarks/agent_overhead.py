@@ -13,53 +13,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import platform
-import re
 import sys
 import time
 from pathlib import Path
 
 import ark  # noqa: F401  (offline environment defaults)
 from ark.agent.policies import LLMPolicy
-from ark.agent.runner import run_queries
+from ark.agent.runner import AgentConfig, run_queries
 from ark.graph import Graph
 from ark.index import load_relevance
 from ark.llm.client import Backbone, LLMClient, RetryPolicy
-from ark.llm.server import ChatServer, chat_completion
+from ark.llm.fake import ScriptedEndpoint, search_explore_answer
+from ark.llm.server import ChatServer
 from ark.tools.toolbox import Toolbox
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scripted_reply(request: dict) -> dict:
-    msgs = request["messages"]
-    question = next(m["content"] for m in msgs if m["role"] == "user").removeprefix("Question: ")
-    results = [m["content"] for m in msgs if m["role"] == "tool"]
-    first = lambda text: int(re.search(r"^\[(\d+)\]", text, re.M).group(1)) if re.search(r"^\[(\d+)\]", text, re.M) else 0
-    if not results:
-        call = ("search_in_graph", {"query": question})
-    elif len(results) == 1:
-        call = ("search_in_neighborhood", {"node_index": first(results[0]), "query": question})
-    else:
-        return {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c2", "type": "function", "function": {"name": "add_to_answer", "arguments": json.dumps(
-                {"answer_nodes": [{"node_index": first(results[-1])}]})}},
-            {"id": "c3", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "c", "type": "function", "function": {"name": call[0], "arguments": json.dumps(call[1])}}]}
-
-
 def serve(latency: float, port_queue) -> None:
     """The fake model, in its own process so that its work does not count as the agent's."""
 
-    def delayed(request):
-        time.sleep(latency)
-        return chat_completion(request["model"], scripted_reply(request), "tool_calls", 100, 20)
-
-    with ChatServer(delayed, model_name="fake") as server:
+    endpoint = ScriptedEndpoint(search_explore_answer, delay=latency)
+    with ChatServer(endpoint.generate, model_name="fake") as server:
         port_queue.put(server.url)
         while True:
             time.sleep(3600)
@@ -67,8 +45,7 @@ def serve(latency: float, port_queue) -> None:
 
 def run(policy, toolbox, queries, concurrency) -> float:
     start = time.perf_counter()
-    asyncio.run(run_queries(policy, toolbox, queries, n_agents=1, T_max=10, aggregation="voting",
-                            concurrency=concurrency))
+    asyncio.run(run_queries(policy, toolbox, queries, AgentConfig(n_agents=1, T_max=10), concurrency))
     return time.perf_counter() - start
 
 
@@ -77,7 +54,8 @@ def run_workers(url: str, graph: str, index: str, queries, concurrency: int, wor
     their agents (their start-up excluded)."""
     from hydra import compose, initialize_config_dir
 
-    from ark.agent.workers import run_in_workers
+    from ark.runs.execute import agents
+    from ark.runs.workers import run_in_workers
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[
@@ -85,7 +63,7 @@ def run_workers(url: str, graph: str, index: str, queries, concurrency: int, wor
             "backbone.api_key_env=null", "backbone.max_tokens=64", "backbone.tool_choice=auto", "llm.cache=null",
             "llm.retry.max_attempts=1", "agent.n_agents=1", "agent.T_max=10", "agent.aggregation=voting",
             f"eval.concurrency={concurrency}", f"eval.workers={workers}", "logger=none"])
-    return run_in_workers(cfg, queries, workers, lambda q, r: None)[1]
+    return run_in_workers(cfg, queries, workers, lambda q, r: None, agents)[1]
 
 
 def main() -> int:

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 
 import ark  # noqa: F401  (offline environment defaults)
-from ark.build import toolbox
+from ark.build import backbone, toolbox
 from ark.config import compose
-from ark.llm.client import Backbone, LLMClient
+from ark.llm.client import LLMClient
 from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.weights import cpu_has_bf16, resolve_dtype
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
@@ -47,7 +47,7 @@ def workload(records: Path, n_queries: int, concurrency: int) -> list[dict]:
     queries in groups, their agents' steps round-robin."""
     cfg = compose(OVERRIDES)
     tools = toolbox(cfg).schemas()
-    client = LLMClient(Backbone.from_cfg(cfg.backbone))
+    client = LLMClient(backbone(cfg))
     rows = [json.loads(line) for line in records.open()][:n_queries]
     requests = []
     for start in range(0, len(rows), concurrency):

@@ -1,4 +1,4 @@
-"""Test double: the scripted endpoint of ``fake_openai`` with seeded faults injected per request (loopback only).
+"""Test double: the scripted endpoint of ``ark.llm.fake`` with seeded faults injected per request (loopback only).
 
 Whether a request is faulted, and how, is a function of the seed, the request body and how many times that
 body was seen before: the same seed gives the same faults whatever the order in which concurrent agents ask.
@@ -20,7 +20,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ark.llm.server import HTTPError, chat_completion
-from tests.fake_openai import ScriptedEndpoint, call, search_then_answer
+from ark.llm.fake import ScriptedEndpoint, call, search_then_answer
 
 TRANSIENT = ("429", "500", "hang", "cut", "nonjson")
 PERMANENT = ("401", "400")

@@ -23,7 +23,7 @@ from ark.llm.client import Backbone, LLMClient, RetryPolicy
 from ark.runs.store import Run
 from ark.tools.toolbox import Toolbox
 from tests.conftest import ROOT, compose_cfg
-from tests.fake_openai import ScriptedEndpoint, call
+from ark.llm.fake import ScriptedEndpoint, call
 from tests.helpers import tiny_graph, tiny_index
 
 FAST_RETRY = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.05, timeout=10)
@@ -191,7 +191,7 @@ def test_the_request_carries_the_backbones_tool_choice(backbone, tool_mode, expe
     cfg = compose_cfg([f"backbone={backbone}", "backbone.model=openai/fake", f"backbone.tool_mode={tool_mode}",
                        "llm.cache=null"])
     with endpoint.serve() as server:
-        client = build.client(cfg, api_base=server.url)
+        client = build.backbone(cfg).client(build.serving(cfg), api_base=server.url)
         asyncio.run(LLMPolicy(client, toolbox()).session("x", 0).act([{"role": "user", "content": "Question: x"}], []))
     request = endpoint.requests[0]
     assert request.get("tool_choice") == expected and ("tools" in request) == (expected is not None)
@@ -210,7 +210,7 @@ def test_a_call_that_keeps_failing_is_recorded_not_raised():
 
 def test_a_conversation_that_would_overflow_the_context_window_ends_cleanly_before_the_call():
     from ark.eval.trajectories import run_statistics
-    from ark.runs.records import QueryRecord
+    from ark.agent.records import QueryRecord
 
     tb = toolbox()
     first = LLMClient(fake_backbone(), None, FAST_RETRY).request(
@@ -356,7 +356,7 @@ def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_traine
     text_system = system_prompt(tools, cfg.agent.T_max, text_protocol=True)
     question = {"role": "user", "content": "Question: x"}
     with endpoint.serve() as server:
-        client = build.client(cfg, api_base=server.url)
+        client = build.backbone(cfg).client(build.serving(cfg), api_base=server.url)
         policy = LLMPolicy(client, tools)
         asyncio.run(policy.session("x", 0).act([{"role": "system", "content": text_system}, question], []))
     request = endpoint.requests[0]
@@ -450,7 +450,7 @@ def test_queries_spread_over_worker_processes_give_the_records_of_one_process(ti
 
 
 def test_workers_keep_exactly_the_configured_queries_in_flight():
-    from ark.agent.workers import shards
+    from ark.runs.workers import shards
 
     queries = [{"id": str(i)} for i in range(10)]
     for workers, concurrency in [(1, 1), (2, 1), (2, 3), (3, 8), (4, 64), (16, 4)]:
@@ -461,9 +461,9 @@ def test_workers_keep_exactly_the_configured_queries_in_flight():
 
 
 def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
-    from ark.agent.workers import run_in_workers
+    from ark import build
     from ark.errors import UserError
 
     cfg = compose_cfg(tiny_project + ["backbone=local_smollm2", "eval.workers=2"])
     with pytest.raises(UserError, match="embedded model computes in one process"):
-        run_in_workers(cfg, [{"id": "q", "query": "x"}], 2, lambda q, r: None)
+        build.validate(cfg)

@@ -21,7 +21,7 @@ from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
 from ark.secrets import MARKER, known_keys, scrub
 from tests.conftest import ROOT, compose_cfg
 from tests.fault_openai import ALL, CONTENT, PERMANENT, TRANSIENT, FaultEndpoint
-from tests.fake_openai import search_then_answer
+from ark.llm.fake import search_then_answer
 
 SEED = int(os.environ.get("ARK_FAULT_SEED", 7))  # another seed: other faults and another kill point
 QUERIES = ["slender fingers", "lens of the eye", "zebra", "heart valve", "connective tissue gene", "tall stature"]

@@ -1,6 +1,6 @@
 """Beyond one machine: a sweep fans out through Hydra's submitit launcher with the same configs
 (conf/hydra/launcher/cluster_local.yaml, the local-executor twin of the SLURM config `cluster`), each job writing its
-own LLM cache file; the merged caches replay the whole sweep. Loopback only (tests/fake_openai.py)."""
+own LLM cache file; the merged caches replay the whole sweep. Loopback only (ark.llm.fake)."""
 import json
 import os
 import subprocess
@@ -14,7 +14,7 @@ from ark.io import write_jsonl
 from ark.llm.cache import ResponseCache
 from ark.llm.cache_merge import merge
 from tests.conftest import ROOT, compose_cfg
-from tests.fake_openai import ScriptedEndpoint
+from ark.llm.fake import ScriptedEndpoint
 
 
 @pytest.fixture

@@ -1,16 +1,26 @@
-"""Layers import downward only (DESIGN §3): stages/cli -> report -> runs -> agent -> tools/llm -> index -> graph -> io.
+"""Layers import downward only (DESIGN §3), and the import graph has no circle.
 
-Every ``import ark…`` in src/ark, at module level or inside a function, is read from the source. The arrows that
-still point the wrong way are listed in KNOWN (issue 20 removes them); the test fails on a new one, and on a listed
-one that is gone, so that the list only shrinks."""
+Every ``import ark…`` in src/ark, at module level or inside a function, is read from the source. A package may
+import packages of lower layers only (and its own modules); no stage imports another stage."""
 import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-KNOWN = {
-    ("ark.agent.workers", "ark.build"),       # worker processes build their objects themselves
-    ("ark.stages.collect", "ark.stages.evaluate"),  # collect runs the evaluation loop of another stage
-}
+LAYERS = [  # lowest first
+    ("ark.errors",),
+    ("ark.secrets", "ark.io", "ark.config"),
+    ("ark.graph", "ark.llm"),
+    ("ark.data", "ark.index"),
+    ("ark.tools",),
+    ("ark.agent",),
+    ("ark.eval",),
+    ("ark.build",),
+    ("ark.runs",),
+    ("ark.tracking", "ark.distill"),
+    ("ark.report",),
+    ("ark.stages", "ark.cli"),
+]
+RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
 
 def imports() -> set[tuple[str, str]]:
@@ -34,26 +44,73 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def upward(edges) -> set[tuple[str, str]]:
+def package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def wrong_way(edges) -> set[tuple[str, str]]:
     wrong = set()
     for src, dst in edges:
-        if src.startswith("ark.report") and dst.startswith(("ark.cli", "ark.stages")):
-            wrong.add((src, dst))
-        if src.startswith(("ark.agent", "ark.tools", "ark.llm", "ark.index", "ark.graph")) and \
-                dst.startswith(("ark.build", "ark.cli", "ark.report", "ark.stages", "ark.runs.execute")):
+        if package(src) != package(dst) and RANK[package(dst)] >= RANK[package(src)]:
             wrong.add((src, dst))
         if src.startswith("ark.stages.") and dst.startswith("ark.stages.") and dst.count(".") == 2 and dst != src:
-            wrong.add((src, dst))
-        if dst == "ark.cli" and src != "ark.cli":
             wrong.add((src, dst))
     return wrong
 
 
-def test_no_new_import_points_up_a_layer():
-    assert upward(imports()) == KNOWN
+def circles(edges) -> list[set[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for src, dst in edges:
+        graph.setdefault(src, set()).add(dst)
+        graph.setdefault(dst, set())
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
 
 
-def test_the_checker_sees_a_wrong_arrow():
-    assert upward({("ark.report.show", "ark.cli"), ("ark.agent.loop", "ark.build"), ("ark.index.bm25", "ark.io"),
-                   ("ark.stages.collect", "ark.stages.evaluate"), ("ark.stages.report", "ark.report.show")}) == {
-        ("ark.report.show", "ark.cli"), ("ark.agent.loop", "ark.build"), ("ark.stages.collect", "ark.stages.evaluate")}
+def test_every_package_has_a_layer():
+    assert {package(m) for edge in imports() for m in edge} <= set(RANK)
+
+
+def test_no_import_points_up_a_layer():
+    assert wrong_way(imports()) == set()
+
+
+def test_no_circle_between_modules_or_packages():
+    edges = imports()
+    assert circles(edges) == []
+    assert circles({(package(a), package(b)) for a, b in edges if package(a) != package(b)}) == []
+
+
+def test_the_checkers_see_a_wrong_arrow_and_a_circle():
+    assert wrong_way({("ark.report.show", "ark.cli"), ("ark.agent.loop", "ark.build"), ("ark.index.bm25", "ark.io"),
+                      ("ark.stages.collect", "ark.stages.evaluate"), ("ark.stages.report", "ark.report.show"),
+                      ("ark.graph.graph", "ark.llm.client")}) == {
+        ("ark.report.show", "ark.cli"), ("ark.agent.loop", "ark.build"), ("ark.stages.collect", "ark.stages.evaluate"),
+        ("ark.graph.graph", "ark.llm.client")}
+    assert circles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [{"a", "b", "c"}]

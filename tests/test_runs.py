@@ -11,7 +11,7 @@ import pytest
 from ark.runs.identity import identity
 from ark.runs.store import Run, load_run
 from tests.conftest import ROOT, compose_cfg
-from tests.fake_openai import ScriptedEndpoint
+from ark.llm.fake import ScriptedEndpoint
 
 RESULT_AFFECTING = [
     "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "split=test-0.1", "eval.limit=2",

@@ -1,5 +1,5 @@
 """The STaRK pipeline (stark/dvc.yaml) end to end through `dvc repro`, on a tiny STaRK release
-(tests/fixtures/stark_tiny.py) and the fake OpenAI-compatible endpoint (tests/fake_openai.py, loopback only).
+(tests/fixtures/stark_tiny.py) and the fake OpenAI-compatible endpoint (ark.llm.fake, loopback only).
 
 It runs in a temporary no-SCM DVC project holding copies of conf/, src/ark/ (the stages' declared inputs; the code
 that runs is the installed package) and stark/dvc.yaml, with a stark/params.yaml that points the three datasets at
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fake_openai import ScriptedEndpoint
+from ark.llm.fake import ScriptedEndpoint
 from tests.fixtures.stark_tiny import write_stark_tiny
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -135,7 +135,7 @@ def test_logger_none_starts_no_run_and_a_failed_stage_is_marked_failed(runs):
 def scored_run_dir(root: Path) -> Path:
     """A run directory as evaluate leaves it: 3 queries, one of them with 2 agents, one incomplete."""
     from ark.io import write_jsonl
-    from ark.runs.records import QueryRecord, Trajectory
+    from ark.agent.records import QueryRecord, Trajectory
 
     run_dir = root / "run"
     run_dir.mkdir()

@@ -1,21 +1,25 @@
-"""Config -> objects, in one place: graph, relevance, toolbox, queries, policy (with its client and, for the
-embedded model, its loopback server). Used by the stages and by ``ark ask`` alike.
+"""Config -> objects, in one place: graph, relevance, toolbox, queries, backbone and policy, dataset sources
+and query builders. A kind of thing is a class named by its config's ``_target_`` (``make``), never a chain of ifs.
+Used by the run engine (``ark.runs.execute``) and the stages.
 
-Adding a graph: a ``conf/dataset/<name>.yaml`` (and a ``kind`` in ``ark.stages.build_graph``).
-Adding a backbone: a ``conf/backbone/<name>.yaml`` with one of the ``kind`` values below.
+Adding a graph: a ``conf/dataset/<name>.yaml`` whose ``_target_`` is its source class (``ark.data``).
+Adding a backbone: a ``conf/backbone/<name>.yaml`` whose ``_target_`` is one of ``ark.agent.backbones``.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from omegaconf import DictConfig, OmegaConf
 
+from ark.agent.aggregate import AGGREGATIONS
 from ark.errors import UserError
 
-AGGREGATIONS = ("voting", "ordering", "random")
+if TYPE_CHECKING:
+    from ark.agent.runner import AgentConfig
+
 
 
 def validate(cfg: DictConfig) -> None:
@@ -46,6 +50,9 @@ def validate(cfg: DictConfig) -> None:
             raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
     if a.aggregation not in AGGREGATIONS:
         raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
+    if backbone(cfg).one_process and cfg.eval.workers > 1:  # backbone(cfg): its keys checked against its class
+        raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
+                        "process, and every worker would load and run its own copy")
     parse_split(cfg.split)
     if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
         raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {cfg.metrics!r}")
@@ -131,56 +138,46 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def local_server(cfg: DictConfig):
-    """(server, model) of the embedded model behind a loopback OpenAI-compatible server."""
-    from ark.llm.local import LocalChatModel
-    from ark.llm.server import ChatServer
+def make(node: DictConfig, group: str):
+    """The object a config node's ``_target_`` names, built from its other keys; a key the class does not take (or
+    a missing one) is one clear error."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
 
-    b = cfg.backbone
-    model = LocalChatModel(**OmegaConf.to_container(b.local, resolve=True), cache_dir=cfg.paths.models,
-                           threads=cfg.cpu_threads)
-    # one generation at a time; every agent in flight has one request outstanding, so a queue of twice that never
-    # turns one away (a request whose client timed out leaves the queue uncomputed, or its reply answers the retry)
-    agents = OmegaConf.select(cfg, "eval.concurrency", default=8) * OmegaConf.select(cfg, "agent.n_agents", default=1)
-    with ChatServer(model.generate, model_name=b.model.split("/", 1)[-1], workers=1,
-                    max_queue=max(16, 2 * agents), keep_abandoned=True) as server:
-        yield server, model
+    if "_target_" not in node:
+        raise UserError(f"{group} {node.get('name')!r} names no class (_target_); see conf/{group}/")
+    try:
+        return instantiate(node, _convert_="all")
+    except InstantiationException as e:
+        why = " ".join(str(e.__cause__ or e).split())
+        raise UserError(f"{group} {node.get('name')!r}: {why}") from None
 
 
-def client(cfg: DictConfig, api_base: str | None = None, local_model=None):
-    """The LLM client of ``cfg.backbone``; ``local_model``: the embedded model behind ``api_base``."""
-    from ark.llm.cache import ResponseCache
-    from ark.llm.client import Backbone, LLMClient, RetryPolicy
-
-    cache = ResponseCache(cfg.llm.cache, cfg.llm.get("cache_base")) if cfg.llm.cache else None
-    retry = RetryPolicy(**OmegaConf.to_container(cfg.llm.retry))
-    if local_model is not None:
-        retry = dataclasses.replace(retry, timeout=retry.local_timeout)
-    local = {} if local_model is None else dict(
-        endpoint_identity=local_model.identity, context_window=local_model.context_window,
-        count_tokens=lambda req: len(local_model.encode(local_model.render(req))))
-    return LLMClient(Backbone.from_cfg(cfg.backbone), cache, retry, api_base=api_base, **local)
+def backbone(cfg: DictConfig):
+    """``cfg.backbone`` as its class (``ark.agent.backbones``)."""
+    return make(cfg.backbone, "backbone")
 
 
-@contextlib.contextmanager
-def policy(cfg: DictConfig, tools):
-    """The policy of ``cfg.backbone`` for the duration of the block (``policy.client``: its LLM client or None)."""
-    b = cfg.backbone
-    if b.kind == "rules":
-        from ark.agent.policies import RulesPolicy
+def serving(cfg: DictConfig):
+    from ark.agent.backbones import Serving
+    from ark.llm.client import RetryPolicy
 
-        yield RulesPolicy(tools, OmegaConf.to_container(b.type_words), b.search_size, b.expand, b.max_answer,
-                          temperature=b.temperature, seed=cfg.seed, answer_order=b.answer_order,
-                          T_max=cfg.agent.T_max)
-        return
-    from ark.agent.policies import LLMPolicy
+    return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"),
+                   retry=RetryPolicy(**OmegaConf.to_container(cfg.llm.retry)), models_dir=cfg.paths.models,
+                   threads=cfg.cpu_threads,
+                   agents_in_flight=OmegaConf.select(cfg, "eval.concurrency", default=8) * cfg.agent.n_agents)
 
-    if b.kind == "local":
-        with local_server(cfg) as (server, model):
-            yield LLMPolicy(client(cfg, server.url, model), tools, cfg.seed)
-        return
-    if b.kind == "litellm":
-        yield LLMPolicy(client(cfg), tools, cfg.seed)
-        return
-    raise UserError(f"backbone {b.name}: unknown kind {b.kind!r} (expected rules, local or litellm)")
+
+def agent_config(cfg: DictConfig, spec) -> "AgentConfig":
+    """How the agents run (``cfg.agent``, the seed, the prompt, and the tool protocol of ``spec``, the backbone)."""
+    from ark.agent.runner import AgentConfig
+
+    a = cfg.agent
+    return AgentConfig(n_agents=a.n_agents, T_max=a.T_max, aggregation=a.aggregation, seed=cfg.seed,
+                       prompt=cfg.prompt.name, text_protocol=spec.text_protocol)
+
+
+def policy(cfg: DictConfig, tools, spec):
+    """The policy of ``spec`` (``backbone(cfg)``) for the duration of a block (``policy.client``: its LLM client or
+    None)."""
+    return spec.policy(tools, cfg.seed, cfg.agent.T_max, serving(cfg))

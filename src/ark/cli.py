@@ -7,7 +7,6 @@ Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion bi
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -38,18 +37,15 @@ def printer(graph, max_lines: int, out=sys.stdout):
 
 def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout):
     from ark import build
-    from ark.agent.runner import run_query
+    from ark.runs.execute import agents
 
     cfg = compose(overrides)
     build.validate(cfg)
-    toolbox = build.toolbox(cfg)
-    g = toolbox.graph
     print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
           file=out)
-    with build.policy(cfg, toolbox) as policy:
-        record = asyncio.run(run_query(policy, toolbox, {"id": "ask", "query": question}, cfg.agent.n_agents,
-                                       cfg.agent.T_max, cfg.agent.aggregation, cfg.seed, printer(g, max_lines, out),
-                                       cfg.prompt.name))
+    with agents(cfg) as a:
+        g = a.tools.graph
+        record = a.one({"id": "ask", "query": question}, printer(g, max_lines, out))
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
         print(f"{rank:>3}. [{v}] {g.type_name(v)} | {g.name[v]}", file=out)

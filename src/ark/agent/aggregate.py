@@ -8,7 +8,7 @@ from ark.errors import UserError
 MAX_RANKING = 20
 
 
-def voting(lists: list[list[int]]) -> list[int]:
+def voting(lists: list[list[int]], seed: int = 0) -> list[int]:
     """Most agents first; ties by the smallest position in any list, then by the first agent listing it."""
     votes, best_pos, first_agent = {}, {}, {}
     for a, answer in enumerate(lists):
@@ -19,7 +19,7 @@ def voting(lists: list[list[int]]) -> list[int]:
     return sorted(votes, key=lambda v: (-votes[v], best_pos[v], first_agent[v]))
 
 
-def ordering(lists: list[list[int]]) -> list[int]:
+def ordering(lists: list[list[int]], seed: int = 0) -> list[int]:
     """Concatenate in agent order, keeping each node's first appearance."""
     return list(dict.fromkeys(v for answer in lists for v in answer))
 
@@ -31,13 +31,10 @@ def shuffled(lists: list[list[int]], seed: int = 0) -> list[int]:
     return union
 
 
+AGGREGATIONS = {"voting": voting, "ordering": ordering, "random": shuffled}  # agent.aggregation -> its function
+
+
 def aggregate(lists: list[list[int]], method: str, seed: int = 0, cut: int = MAX_RANKING) -> list[int]:
-    if method == "voting":
-        fused = voting(lists)
-    elif method == "ordering":
-        fused = ordering(lists)
-    elif method == "random":
-        fused = shuffled(lists, seed)
-    else:
-        raise UserError(f"unknown aggregation {method!r} (expected voting, ordering or random)")
-    return fused[:cut]
+    if method not in AGGREGATIONS:
+        raise UserError(f"unknown aggregation {method!r} (expected {', '.join(AGGREGATIONS)})")
+    return AGGREGATIONS[method](lists, seed)[:cut]

@@ -13,7 +13,7 @@ from collections import Counter
 
 from ark.agent.prompt import system_prompt, user_prompt
 from ark.llm.protocol import no_call_text, observation_text, parse_text_calls
-from ark.runs.records import Trajectory
+from ark.agent.records import Trajectory
 from ark.tools.toolbox import AnswerState, Observation, Toolbox
 
 async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: int, text_protocol: bool = False,

@@ -3,23 +3,35 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from ark.agent.aggregate import aggregate
 from ark.agent.loop import run_agent
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 from ark.tools.toolbox import Toolbox
 
 
-async def run_query(policy, toolbox: Toolbox, query: dict, n_agents: int, T_max: int, aggregation: str,
-                    seed: int = 0, on_event=None, prompt: str = "ark") -> QueryRecord:
+@dataclass(frozen=True)
+class AgentConfig:
+    """How the agents of one query run: how many, for how many steps, how their answers are fused, the seed of
+    that fusion, the system prompt, and whether tools are described in the prompt (``text_protocol``)."""
+
+    n_agents: int
+    T_max: int
+    aggregation: str = "voting"
+    seed: int = 0
+    prompt: str = "ark"
+    text_protocol: bool = False
+
+
+async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentConfig, on_event=None) -> QueryRecord:
     """The record of one query: every agent's trajectory and the fused ranking (no gold in it)."""
     start = time.perf_counter()
-    text_protocol = getattr(policy, "text_protocol", False)
     trajectories = await asyncio.gather(*(
-        run_agent(policy.session(query["query"], a), toolbox, query["query"], T_max, a, text_protocol, on_event,
-                  prompt)
-        for a in range(n_agents)))
-    ranking = aggregate([t.answer for t in trajectories], aggregation, seed=seed)
+        run_agent(policy.session(query["query"], a), toolbox, query["query"], agent.T_max, a, agent.text_protocol,
+                  on_event, agent.prompt)
+        for a in range(agent.n_agents)))
+    ranking = aggregate([t.answer for t in trajectories], agent.aggregation, seed=agent.seed)
     wall = time.perf_counter() - start
     if any(t.replayed_steps for t in trajectories):
         # replayed from the cache the query took no model time now: its wall-clock time is then the slowest
@@ -29,14 +41,14 @@ async def run_query(policy, toolbox: Toolbox, query: dict, n_agents: int, T_max:
                        wall_time=round(wall, 4))
 
 
-async def run_queries(policy, toolbox: Toolbox, queries: list[dict], n_agents: int, T_max: int, aggregation: str,
-                      concurrency: int, seed: int = 0, on_record=None, prompt: str = "ark") -> None:
+async def run_queries(policy, toolbox: Toolbox, queries: list[dict], agent: AgentConfig, concurrency: int,
+                      on_record=None) -> None:
     """Run the queries with at most ``concurrency`` in flight; ``on_record(query, record)`` as each finishes."""
     limit = asyncio.Semaphore(concurrency)
 
     async def one(q: dict):
         async with limit:
-            record = await run_query(policy, toolbox, q, n_agents, T_max, aggregation, seed, prompt=prompt)
+            record = await run_query(policy, toolbox, q, agent)
         if on_record is not None:
             on_record(q, record)
 

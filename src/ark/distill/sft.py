@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 
 from ark.llm.protocol import chat_messages
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 
 IGNORE = -100
 

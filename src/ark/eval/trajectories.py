@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 
 from ark.llm.protocol import observation_text, parse_text_calls
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 
 
 def run_statistics(records: list[QueryRecord]) -> dict:

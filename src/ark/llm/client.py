@@ -50,7 +50,7 @@ class RetryPolicy:
 
 @dataclass
 class Backbone:
-    """What a conf/backbone/*.yaml holds for an LLM backbone."""
+    """An LLM backbone's model and sampling settings (``ark.agent.backbones`` adds how it is served)."""
 
     name: str
     model: str  # litellm model id, e.g. gpt-4.1, anthropic/claude-sonnet-4-5, openai/<served name>
@@ -63,14 +63,6 @@ class Backbone:
     tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
     extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
     context_window: int | None = None  # tokens, prompt and reply; null: the local model's, or litellm's model info
-
-    @classmethod
-    def from_cfg(cls, cfg) -> "Backbone":
-        from omegaconf import OmegaConf
-
-        d = OmegaConf.to_container(cfg, resolve=True)
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 def request_key(request: dict) -> str:

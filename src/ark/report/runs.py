@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 from ark.runs.store import load_run, read_scores
 
 

@@ -20,7 +20,7 @@ from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import run_graph, run_queries
 from ark.runs.identity import run_name
-from ark.runs.records import QueryRecord, Trajectory
+from ark.agent.records import QueryRecord, Trajectory
 from ark.runs.store import load_run, read_scores
 
 # longer lines are cut (observation lines run to ~300 characters); wrapped lines would break the columns

@@ -66,8 +66,8 @@ def identity(cfg: DictConfig, stage: str) -> dict:
             value = index_settings(cfg.retriever)  # what the index holds, not how fast it was built
         else:
             value = _select(cfg, key)
-        if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ())}
+        if isinstance(value, dict):  # _target_: which class reads the settings, not a setting
+            value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ()) and k != "_target_"}
             for file_key in FILE_KEYS:
                 if value.get(file_key):
                     value[file_key] = Path(str(value[file_key])).name

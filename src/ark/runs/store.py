@@ -32,7 +32,7 @@ import yaml
 from ark.errors import UserError
 from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.runs.identity import identity, run_name
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
 

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from ark import build
 from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors

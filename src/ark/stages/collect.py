@@ -9,18 +9,12 @@ settings resume the run from its records; ``ark.stages.distill distill.teacher=<
 """
 from __future__ import annotations
 
-import time
-
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ark import build
-from ark.errors import IncompleteRun
-from ark.eval.trajectories import run_statistics, timing_statistics
+from ark.runs.execute import execute
 from ark.runs.identity import config_groups
-from ark.runs.store import Run, data_inputs
 from ark.stages import clear_errors
-from ark.stages.evaluate import first_error, run_agents
 from ark.tracking import log_summary, stage_run
 
 GROUPS = config_groups("collect")  # config groups its results depend on
@@ -37,25 +31,7 @@ def collect_cfg(cfg: DictConfig) -> DictConfig:
 
 
 def run(cfg: DictConfig) -> dict:
-    cfg = collect_cfg(cfg)
-    build.validate(cfg)
-    tools = build.toolbox(cfg)
-    queries = build.queries(cfg, tools.graph, labels=False)
-    run_ = Run(cfg, "collect")
-    start = time.perf_counter()
-    records, model_calls = run_agents(cfg, tools, queries, run_, "collect")
-    stats = run_statistics(records)
-    timing = {"seconds": round(time.perf_counter() - start, 2), "model_calls": model_calls,
-              **timing_statistics(records)}
-    incomplete = sum(not r.complete for r in records)
-    if incomplete and not cfg.eval.allow_incomplete:
-        raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls failed after "
-                            f"{cfg.llm.retry.max_attempts} attempts, e.g. {first_error(records)}); rerun to resume "
-                            f"them, or set eval.allow_incomplete=true to keep them as they are. Records: {run_.dir}")
-    run_.finish(None, None, stats, data_inputs(cfg))
-    run_.write_timing(timing)
-    return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
-            "n_incomplete": incomplete, "model_calls": model_calls, "run_dir": str(run_.dir), **stats, **timing}
+    return execute(collect_cfg(cfg), "collect")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")

@@ -9,7 +9,6 @@ queries in flight in all. The LLM response cache is one SQLite file that the pro
 """
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
 import os
 import queue
@@ -19,21 +18,18 @@ import traceback
 
 from omegaconf import DictConfig, OmegaConf
 
-from ark.errors import UserError
-from ark.runs.records import QueryRecord
+from ark.agent.records import QueryRecord
 
 
-def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record) -> tuple[int, float]:
+def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record, agents) -> tuple[int, float]:
     """Run ``queries`` in ``workers`` processes, ``on_record(query, record)`` here as each finishes; (the model calls
-    the workers made, the longest time a worker ran its agents: its start-up excluded). A worker that fails stops
-    the others and raises."""
-    if cfg.backbone.kind == "local":
-        raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
-                        "process, and every worker would load and run its own copy")
+    the workers made, the longest time a worker ran its agents: its start-up excluded). ``agents(cfg)``: a
+    module-level context manager yielding the agents (``ark.runs.execute.agents``), which each worker opens. A
+    worker that fails stops the others and raises."""
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
     results = ctx.Queue()
     config = OmegaConf.to_container(cfg, resolve=True)
-    procs = [ctx.Process(target=_work, args=(config, shard, concurrency, results, os.getpid()), daemon=True)
+    procs = [ctx.Process(target=_work, args=(agents, config, shard, concurrency, results, os.getpid()), daemon=True)
              for shard, concurrency in shards(queries, workers, cfg.eval.concurrency)]
     by_id = {q["id"]: q for q in queries}
     calls, seconds, running = 0, 0.0, len(procs)
@@ -70,21 +66,13 @@ def shards(queries: list[dict], workers: int, concurrency: int) -> list[tuple[li
     return [(queries[i::workers], concurrency // workers + (i < concurrency % workers)) for i in range(workers)]
 
 
-def _work(config: dict, shard: list[dict], concurrency: int, results, parent: int) -> None:
-    from ark import build
-    from ark.agent.runner import run_queries
-
+def _work(agents, config: dict, shard: list[dict], concurrency: int, results, parent: int) -> None:
     _exit_with(parent)
     try:
-        cfg = OmegaConf.create(config)
-        tools = build.toolbox(cfg)
-        a = cfg.agent
-        with build.policy(cfg, tools) as policy:
+        with agents(OmegaConf.create(config)) as a:
             start = time.perf_counter()
-            asyncio.run(run_queries(policy, tools, shard, a.n_agents, a.T_max, a.aggregation, concurrency, cfg.seed,
-                                    lambda q, record: results.put(("record", record.to_dict())), cfg.prompt.name))
-            seconds = time.perf_counter() - start
-            results.put(("done", (policy.client.calls if policy.client is not None else 0, seconds)))
+            a.many(shard, concurrency, lambda q, record: results.put(("record", record.to_dict())))
+            results.put(("done", (a.model_calls, time.perf_counter() - start)))
     except BaseException:
         results.put(("error", traceback.format_exc()))
 

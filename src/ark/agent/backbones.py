@@ -1,0 +1,115 @@
+"""The backbones an agent runs on, one class per kind. ``conf/backbone/<name>.yaml`` names its class in
+``_target_`` and holds its fields; ``ark.build.backbone`` instantiates it, and a key the class does not have is
+an error. ``backbone.policy(tools, seed, T_max, serving)`` is the policy for the duration of a block.
+
+Adding a hosted model is one YAML with ``_target_: ark.agent.backbones.HostedBackbone``; adding a kind of backbone
+is one class here with a ``policy`` context manager.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ark.agent.policies import LLMPolicy, RulesPolicy
+from ark.llm.client import Backbone, LLMClient, RetryPolicy
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How this machine reaches models (none of it changes a reply): the response cache (and a merged one read
+    after it), retries, where model files are kept, torch threads, and how many agents can be in flight at once."""
+
+    cache: str | None = None
+    cache_base: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    models_dir: str | None = None
+    threads: int | None = None
+    agents_in_flight: int = 8
+
+
+@dataclass(frozen=True)
+class RulesBackbone:
+    """The label-free scripted policy (``ark.agent.policies.RulesPolicy``): a baseline and the offline teacher."""
+
+    name: str
+    type_words: dict
+    kind: str = "rules"  # a label stored in each run's identity
+    search_size: int = 10
+    expand: int = 2
+    max_answer: int = 20
+    temperature: float = 0.0
+    answer_order: str = "ranked"
+    text_protocol: ClassVar[bool] = False
+    one_process: ClassVar[bool] = False  # False: worker processes may each run it
+
+    @contextlib.contextmanager
+    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+        yield RulesPolicy(tools, self.type_words, self.search_size, self.expand, self.max_answer,
+                          temperature=self.temperature, seed=seed, answer_order=self.answer_order, T_max=T_max)
+
+
+@dataclass
+class HostedBackbone(Backbone):
+    """A model behind an API that litellm reaches (OpenAI, Anthropic, a vLLM server, ...)."""
+
+    kind: str = "litellm"
+    one_process: ClassVar[bool] = False
+
+    @property
+    def text_protocol(self) -> bool:
+        return self.tool_mode == "text"
+
+    def client(self, serving: Serving, api_base: str | None = None, local_model=None) -> LLMClient:
+        from ark.llm.cache import ResponseCache
+
+        cache = ResponseCache(serving.cache, serving.cache_base) if serving.cache else None
+        retry = serving.retry if local_model is None else dataclasses.replace(
+            serving.retry, timeout=serving.retry.local_timeout)
+        local = {} if local_model is None else dict(
+            endpoint_identity=local_model.identity, context_window=local_model.context_window,
+            count_tokens=lambda req: len(local_model.encode(local_model.render(req))))
+        return LLMClient(self, cache, retry, api_base=api_base, **local)
+
+    @contextlib.contextmanager
+    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+        yield LLMPolicy(self.client(serving), tools, seed)
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """The embedded model's settings: grammar-constrained decoding, dtype (auto: bfloat16 where the CPU has it
+    natively), and a LoRA adapter directory loaded on top (the distilled student)."""
+
+    constrained: bool = True
+    dtype: str = "auto"
+    adapter: str | None = None
+
+
+@dataclass
+class LocalBackbone(HostedBackbone):
+    """The embedded model (``ark.llm.local``) behind a loopback OpenAI-compatible server that lives as long as the
+    policy does; litellm reaches it like any hosted model."""
+
+    kind: str = "local"
+    local: LocalModel = field(default_factory=LocalModel)
+    one_process: ClassVar[bool] = True  # it computes in this process: a worker would load its own copy
+
+    def __post_init__(self):
+        if isinstance(self.local, dict):
+            self.local = LocalModel(**self.local)
+
+    @contextlib.contextmanager
+    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+        from ark.llm.local import LocalChatModel
+        from ark.llm.server import ChatServer
+
+        model = LocalChatModel(**dataclasses.asdict(self.local), cache_dir=serving.models_dir,
+                               threads=serving.threads)
+        # one generation at a time; every agent in flight has one request outstanding, so a queue of twice that
+        # never turns one away (a request whose client timed out leaves the queue uncomputed, or its reply answers
+        # the retry)
+        with ChatServer(model.generate, model_name=self.model.split("/", 1)[-1], workers=1,
+                        max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True) as server:
+            yield LLMPolicy(self.client(serving, server.url, model), tools, seed)

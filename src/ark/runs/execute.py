@@ -1,0 +1,143 @@
+"""The run engine: running the agents on a query set, in one place.
+
+``execute(cfg, stage)`` validates the config, reads the queries, names the run once (``Run``: its identity), opens
+it (the lock; records already complete are kept: resume), runs the rest in this process or in worker processes
+(``eval.workers``), appends each record as it finishes, scores each record once (``evaluate``; ``collect`` is
+label-free and has no gold), and finishes the run (scores, metrics, stats, provenance, timing). An incomplete query
+(a model call that failed after its retries) stops it with ``IncompleteRun`` unless ``eval.allow_incomplete``.
+``agents(cfg)`` is the same agents for one question at a time (``ark ask``).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from ark import build
+from ark.agent.runner import AgentConfig, run_queries, run_query
+from ark.errors import IncompleteRun
+from ark.eval.metrics import as_candidates
+from ark.eval.score import score_row, summarize
+from ark.eval.trajectories import run_statistics, timing_statistics
+from ark.agent.records import QueryRecord
+from ark.runs.store import Run, data_inputs
+from ark.runs.workers import run_in_workers
+
+
+@dataclass
+class Agents:
+    """A policy over a toolbox with its agent settings: what answers queries."""
+
+    policy: object
+    tools: object
+    config: AgentConfig
+
+    def one(self, query: dict, on_event=None) -> QueryRecord:
+        return asyncio.run(run_query(self.policy, self.tools, query, self.config, on_event))
+
+    def many(self, queries: list[dict], concurrency: int, on_record=None) -> None:
+        asyncio.run(run_queries(self.policy, self.tools, queries, self.config, concurrency, on_record))
+
+    @property
+    def model_calls(self) -> int:
+        client = getattr(self.policy, "client", None)
+        return client.calls if client is not None else 0
+
+
+@contextlib.contextmanager
+def agents(cfg: DictConfig, tools=None):
+    """The agents of ``cfg`` (its backbone's policy is open for the block: an embedded model is served)."""
+    tools = tools if tools is not None else build.toolbox(cfg)
+    spec = build.backbone(cfg)
+    with build.policy(cfg, tools, spec) as policy:
+        yield Agents(policy, tools, build.agent_config(cfg, spec))
+
+
+def execute(cfg: DictConfig, stage: str) -> dict:
+    """Run (or resume) the ``stage`` run (``evaluate`` or ``collect``) that ``cfg`` identifies; its summary."""
+    labels = stage != "collect"
+    build.validate(cfg)
+    tools = build.toolbox(cfg)
+    queries = build.queries(cfg, tools.graph, labels=labels)
+    run = Run(cfg, stage)
+    score = Scoring(cfg, tools.graph, queries) if labels else None
+    start = time.perf_counter()
+    records, model_calls = _run_agents(cfg, tools, queries, run, stage, score)
+    stats = run_statistics(records)
+    timing = {"seconds": round(time.perf_counter() - start, 2), "model_calls": model_calls,
+              **timing_statistics(records)}
+    incomplete = sum(not r.complete for r in records)
+    if incomplete and not cfg.eval.allow_incomplete:
+        error = next((e for r in records for ag in r.agents for e in ag.errors), "none")
+        instead = (f"score the {len(records) - incomplete} complete ones" if labels else "keep them as they are")
+        raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls failed after "
+                            f"{cfg.llm.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
+                            f"eval.allow_incomplete=true to {instead}. Records: {run.dir}")
+    scores, metrics = score.finish(records) if labels else (None, None)
+    run.finish(scores, metrics, stats, data_inputs(cfg))
+    run.write_timing(timing)
+    return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
+            "n_incomplete": incomplete, **(metrics or {}), "model_calls": model_calls, "run_dir": str(run.dir),
+            "n_agents": cfg.agent.n_agents, **stats, **timing}
+
+
+class Scoring:
+    """Each record scored once against gold, as it arrives (a running mean for the progress bar) or, for records a
+    resumed run already had, at the end."""
+
+    def __init__(self, cfg: DictConfig, graph, queries: list[dict]):
+        self.metrics = list(cfg.metrics)
+        self.gold = {q["id"]: q["answer_ids"] for q in queries}
+        self.candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+        self.rows: dict[str, tuple[QueryRecord, dict]] = {}
+
+    def row(self, record: QueryRecord) -> dict:
+        seen = self.rows.get(record.id)
+        if seen is None or seen[0] is not record:
+            seen = self.rows[record.id] = (record, score_row(record, self.gold[record.id], self.metrics,
+                                                             self.candidates))
+        return seen[1]
+
+    def running(self, record: QueryRecord) -> dict:
+        self.row(record)
+        first = self.metrics[0]
+        mean = sum(row[first] for _, row in self.rows.values()) / len(self.rows)
+        return {first.replace("@", ""): f"{mean:.3f}"}
+
+    def finish(self, records: list[QueryRecord]) -> tuple[list[dict], dict]:
+        rows = [self.row(r) for r in records]
+        return rows, summarize(rows, self.metrics)
+
+
+def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: str, score: Scoring | None):
+    """Open (or resume) ``run``, run the agents on its queries not done yet, appending each record as it
+    finishes; (records of all queries in their order, model calls made)."""
+    store = run.open()
+    todo = [q for q in queries if not store.done(q["id"])]
+    progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {cfg.backbone.name}",
+                    mininterval=1, disable=not cfg.eval.progress)
+    cost = [0.0]
+
+    def on_record(query: dict, record: QueryRecord) -> None:
+        store.add(record)
+        progress.update(1)
+        cost[0] += sum(a.cost for a in record.agents)
+        shown = score.running(record) if score is not None else {}
+        progress.set_postfix({**shown, "cost": f"${cost[0]:.4f}"}, refresh=False)
+
+    model_calls = 0
+    try:
+        if cfg.eval.workers > 1:
+            model_calls, _ = run_in_workers(cfg, todo, cfg.eval.workers, on_record, agents)
+        else:
+            with agents(cfg, tools) as a:
+                a.many(todo, cfg.eval.concurrency, on_record)
+                model_calls = a.model_calls
+    finally:
+        progress.close()
+        records = store.finalize([q["id"] for q in queries])
+    return records, model_calls
