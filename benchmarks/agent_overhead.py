@@ -24,7 +24,7 @@ import ark  # noqa: F401  (offline environment defaults)
 from ark.agent.policies import LLMPolicy
 from ark.agent.runner import AgentConfig, run_queries
 from ark.graph import Graph
-from ark.index import load_relevance
+from ark.index import BM25Retriever
 from ark.llm.client import Backbone, LLMClient, RetryPolicy
 from ark.llm.fake import ScriptedEndpoint, search_explore_answer
 from ark.llm.server import ChatServer
@@ -86,7 +86,7 @@ def main() -> int:
           f"Python {platform.python_version()}")
     print(f"command: {' '.join(sys.argv)}")
     graph = Graph.load(args.graph)
-    toolbox = Toolbox(graph, load_relevance("bm25", args.index))
+    toolbox = Toolbox(graph, BM25Retriever(name="bm25").load(args.index))
     names = [str(n) for n in graph.name[:: max(1, graph.num_nodes // 500)]]
     queries = [{"id": str(i), "query": f"Which diseases are related to {names[i % len(names)]}?"} for i in range(max(args.levels) * args.rounds)]
 

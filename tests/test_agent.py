@@ -461,9 +461,9 @@ def test_workers_keep_exactly_the_configured_queries_in_flight():
 
 
 def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
-    from ark import build
     from ark.errors import UserError
+    from ark.runs.execute import execute
 
     cfg = compose_cfg(tiny_project + ["backbone=local_smollm2", "eval.workers=2"])
     with pytest.raises(UserError, match="embedded model computes in one process"):
-        build.validate(cfg)
+        execute(cfg, "evaluate")

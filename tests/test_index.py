@@ -3,7 +3,7 @@ import pytest
 
 from ark.errors import UserError
 
-from ark.index import load_relevance
+from ark.index import BM25Retriever, DenseRetriever
 from ark.index.bm25 import BM25Index
 from ark.index.dense import DenseIndex
 from ark.index.topk import top_k
@@ -23,12 +23,12 @@ def test_top_k_orders_by_score_then_index_and_drops_zeros():
 def test_bm25_round_trip_and_subset_scores(tmp_path):
     index = BM25Index.build(DOCS)
     index.save(tmp_path / "bm25")
-    loaded = load_relevance("bm25", tmp_path / "bm25")
+    loaded = BM25Retriever(name="bm25").load(tmp_path / "bm25")
     ids, scores = loaded.search("kinases encoding genes", 5)  # stemming: kinases -> kinas
     assert ids.tolist() == [1]
     assert np.allclose(loaded.score("kinases encoding genes", np.array([0, 1, 4])), [0, scores[0], 0])
     with pytest.raises(UserError, match="build_index"):
-        load_relevance("bm25", tmp_path / "missing")
+        BM25Retriever(name="bm25").load(tmp_path / "missing")
 
 
 def test_dense_minilm_behind_the_same_interface(tmp_path):
@@ -38,7 +38,7 @@ def test_dense_minilm_behind_the_same_interface(tmp_path):
     assert ids[0] == 0  # no word in common with 'heart valves' except 'valve': semantics, not overlap
     assert np.allclose(index.score("cardiac valve disease", np.sort(ids)), scores[np.argsort(ids)], atol=1e-5)
     index.save(tmp_path / "dense")
-    again = load_relevance("dense", tmp_path / "dense")
+    again = DenseRetriever(name="dense").load(tmp_path / "dense")
     assert again.search("hepatitis", 1)[0].tolist() == [2]
     # the tools run unchanged on it
     g = tiny_graph()
@@ -87,7 +87,7 @@ def test_a_damaged_bm25_index_is_one_clear_error(tmp_path, name, damage):
     assert (tmp_path / "bm25" / name).exists()
     (tmp_path / "bm25" / name).write_bytes(damage)
     with pytest.raises(UserError, match=r"damaged bm25 index at .*bm25 .*rebuild it \(build_index\)"):
-        load_relevance("bm25", tmp_path / "bm25")
+        BM25Retriever(name="bm25").load(tmp_path / "bm25")
 
 
 def bm25s_reference(docs, method, tmp_path):

@@ -1,8 +1,9 @@
-"""Config -> objects, in one place: graph, relevance, toolbox, queries, backbone and policy, dataset sources
-and query builders. A kind of thing is a class named by its config's ``_target_`` (``make``), never a chain of ifs.
+"""Config -> the objects a run uses, in one place: graph, relevance, toolbox, queries, backbone and policy. A kind
+of thing is a class named by its config's ``_target_`` (``ark.config.make``), never a chain of ifs.
 Used by the run engine (``ark.runs.execute``) and the stages.
 
-Adding a graph: a ``conf/dataset/<name>.yaml`` whose ``_target_`` is its source class (``ark.data``).
+Adding a graph: a ``conf/dataset/<name>.yaml`` whose ``_target_`` is its source class (``ark.data``; the data
+stages build it with ``ark.config.make``).
 Adding a backbone: a ``conf/backbone/<name>.yaml`` whose ``_target_`` is one of ``ark.agent.backbones``.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from ark.agent.aggregate import AGGREGATIONS
+from ark.config import make
 from ark.errors import UserError
 
 if TYPE_CHECKING:
@@ -50,9 +52,6 @@ def validate(cfg: DictConfig) -> None:
             raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
     if a.aggregation not in AGGREGATIONS:
         raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
-    if backbone(cfg).one_process and cfg.eval.workers > 1:  # backbone(cfg): its keys checked against its class
-        raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
-                        "process, and every worker would load and run its own copy")
     parse_split(cfg.split)
     if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
         raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {cfg.metrics!r}")
@@ -79,14 +78,14 @@ def graph(cfg: DictConfig):
 
 def relevance(cfg: DictConfig):
     """The index in ``dataset.index_dir``, which must have been built with ``cfg.retriever``'s settings."""
-    from ark.index import index_settings, load_relevance
+    from ark.index import index_settings
 
     info = Path(cfg.dataset.index_dir) / "info.json"
     wanted = index_settings(cfg.retriever)
     if info.exists() and json.loads(info.read_text()).get("settings") != wanted:
         raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "
                         f"{wanted}; rebuild it (build_index) with these settings")
-    return load_relevance(cfg.retriever.name, cfg.dataset.index_dir)
+    return make(cfg.retriever, "retriever").load(cfg.dataset.index_dir)
 
 
 def toolbox(cfg: DictConfig):
@@ -136,21 +135,6 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
             raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1} (at least "
                             f"one); got {brief(gold)}")
     return rows
-
-
-def make(node: DictConfig, group: str):
-    """The object a config node's ``_target_`` names, built from its other keys; a key the class does not take (or
-    a missing one) is one clear error."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
-    if "_target_" not in node:
-        raise UserError(f"{group} {node.get('name')!r} names no class (_target_); see conf/{group}/")
-    try:
-        return instantiate(node, _convert_="all")
-    except InstantiationException as e:
-        why = " ".join(str(e.__cause__ or e).split())
-        raise UserError(f"{group} {node.get('name')!r}: {why}") from None
 
 
 def backbone(cfg: DictConfig):

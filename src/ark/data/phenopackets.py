@@ -24,8 +24,10 @@ import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ark.data import Dataset, QuerySet
 from ark.errors import UserError
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.graph.graph import Graph
@@ -384,3 +386,35 @@ def _genes_by_symbol(graph: Graph) -> dict[str, list[int]]:
     for v in (graph.node_type == gene_type).nonzero()[0].tolist():
         by_symbol[str(graph.name[v])].append(v)
     return dict(by_symbol)
+
+
+@dataclass(kw_only=True)
+class PhenopacketStore(Dataset):
+    """A release of phenopacket-store, converted to one JSON Lines file (``fetch_release``): cases, not a graph."""
+
+    release: dict
+    file: str
+    content_sha256: str
+    cases: str | None = None
+    mirror_path: str | None = None
+
+    def download(self, mirror: str | None = None) -> dict[str, str]:
+        return {self.name: str(fetch_release(asdict(self), self.raw_dir, mirror))}
+
+
+@dataclass(kw_only=True)
+class PhenopacketQueries(QuerySet):
+    """Case reports as questions: phenotypes -> the case's disease or causal gene (``make_phenopacket_queries``)."""
+
+    source: str
+    target: str = "disease"
+    cap_per_disease: int = 5
+    split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
+
+    def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
+        from ark.graph import load_graph
+
+        splits, counts = make_phenopacket_queries(load_graph(dataset), read_phenopackets(self.source),
+                                                  target=self.target, cap_per_disease=self.cap_per_disease,
+                                                  split_fractions=tuple(self.split_fractions))
+        return splits, {"cases": counts}

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import csv
+from dataclasses import dataclass
 from pathlib import Path
 
+from ark.data import Dataset, QuerySet
 from ark.errors import UserError
 from ark.data.queries import SPLITS
 
@@ -115,3 +117,54 @@ def load_stark_splits(qa_dir: str | Path, splits=SPLITS) -> dict[str, list[dict]
 def load_stark_human_eval(qa_dir: str | Path) -> list[dict]:
     """The human-generated evaluation queries (``answer_ids_source`` is not kept)."""
     return read_qa_csv(Path(qa_dir) / HUMAN_FILE)
+
+
+@dataclass(kw_only=True)
+class Stark(Dataset):
+    """A STaRK semi-structured knowledge base (``skb``: amazon, mag, prime), read from its HF files in ``raw_dir``
+    (downloaded at ``revision`` only when absent and ``online``); with ``generate`` set, a graph of its shape made up
+    by ``ark.data.synthetic_skb`` and written in the same files, with its questions."""
+
+    skb: str
+    documents: dict
+    online: bool = False
+    revision: str | None = None
+    qa_folder: str | None = None
+    generate: dict | None = None
+
+    def download(self, mirror: str | None = None) -> dict[str, str]:
+        from ark.graph.stark import ensure_stark_files
+
+        if not self.generate:
+            return {self.skb: str(ensure_stark_files(self.skb, self.raw_dir, revision=self.revision,
+                                                     online=self.online))}
+        from ark.data.synthetic_skb import QA_DIR, SETTINGS, generate_skb
+
+        unknown = sorted(set(self.generate) - set(SETTINGS))
+        if unknown:
+            raise UserError(f"dataset.generate has no setting {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
+        generate_skb(self.skb, self.raw_dir, **self.generate)
+        return {self.skb: str(ensure_stark_files(self.skb, self.raw_dir)), "qa": f"{self.raw_dir}/{QA_DIR}"}
+
+    def build_graph(self):
+        from ark.graph.stark import load_stark_skb
+
+        graph = load_stark_skb(self.skb, self.raw_dir, online=self.online, relations=self.documents["relations"])
+        if self.generate:
+            graph.meta.update(dataset=self.name, source="ark.data.synthetic_skb", generate=self.generate)
+        return graph
+
+
+@dataclass(kw_only=True)
+class StarkQueries(QuerySet):
+    """STaRK's QA files under ``qa_dir`` (``human``: its human-written test questions only)."""
+
+    qa_dir: str
+    human: bool = False
+
+    def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
+        if dataset.get("generate") and self.name != "generated":
+            raise UserError(f"dataset {dataset.name} is generated: its questions are queries=generated")
+        if self.human:
+            return {"test": load_stark_human_eval(self.qa_dir)}, {}
+        return load_stark_splits(self.qa_dir), {}

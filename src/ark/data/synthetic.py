@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
+from ark.data import QuerySet
 from ark.errors import UserError
 from ark.graph.graph import IN, OUT, Graph
 
@@ -229,3 +230,23 @@ def make_synthetic_queries(graph: Graph, cfg) -> tuple[dict[str, list[dict]], di
     maker = SyntheticQueryMaker(graph, cfg)
     splits = maker.make()
     return splits, {"dropped": dict(sorted(maker.dropped.items()))}
+
+
+@dataclass(kw_only=True)
+class SyntheticQueries(QuerySet):
+    """STaRK-style relational questions on a graph, with exact gold (``make_synthetic_queries``)."""
+
+    n_queries: int
+    seed: int = 0
+    min_answers: int = 1
+    max_answers: int = 10
+    min_candidates: int = 20
+    max_anchor_uses: int = 3
+    split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
+
+    def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
+        from omegaconf import OmegaConf
+
+        from ark.graph import load_graph
+
+        return make_synthetic_queries(load_graph(dataset), OmegaConf.structured(self))

@@ -7,6 +7,7 @@ Both expose the same two calls the tools use:
 from __future__ import annotations
 
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -35,29 +36,43 @@ def index_settings(retriever_cfg) -> dict:
     return {"name": retriever_cfg.name, "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
 
 
-def build_relevance(kind: str, docs, params: dict):
-    if kind == "bm25":
+@dataclass(kw_only=True)
+class Retriever:
+    """A ``conf/retriever/<name>.yaml``: its index class (``_target_`` names the subclass) and the parameters an
+    index is built with. Adding a retriever: an index class with ``build(docs, **params)``, ``save`` and ``load``,
+    a subclass returning it from ``index_class``, and one YAML."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+
+    @property
+    def index_class(self) -> type:
+        raise NotImplementedError
+
+    def build(self, docs):
+        return self.index_class.build(docs, **self.params)
+
+    def load(self, directory: str | Path) -> Relevance:
+        """The index in ``directory``; a damaged file is one clear error naming the directory."""
+        try:
+            return self.index_class.load(directory)
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as e:  # json's, numpy's and scipy's errors
+            why = " ".join(str(e).split())[:300]
+            raise UserError(f"damaged {self.name} index at {directory} ({type(e).__name__}: {why}); rebuild it "
+                            "(build_index)") from None
+
+
+class BM25Retriever(Retriever):
+    @property
+    def index_class(self) -> type:
         from ark.index.bm25 import BM25Index
 
-        return BM25Index.build(docs, **params)
-    if kind == "dense":
+        return BM25Index
+
+
+class DenseRetriever(Retriever):
+    @property
+    def index_class(self) -> type:
         from ark.index.dense import DenseIndex
 
-        return DenseIndex.build(docs, **params)
-    raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")
-
-
-def load_relevance(kind: str, directory: str | Path) -> Relevance:
-    """The index in ``directory``; a damaged file is one clear error naming the directory."""
-    if kind == "bm25":
-        from ark.index.bm25 import BM25Index as index
-    elif kind == "dense":
-        from ark.index.dense import DenseIndex as index
-    else:
-        raise UserError(f"unknown retriever {kind!r} (expected bm25 or dense)")
-    try:
-        return index.load(directory)
-    except (OSError, ValueError, KeyError, TypeError, EOFError) as e:  # json's, numpy's and scipy's errors included
-        why = " ".join(str(e).split())[:300]
-        raise UserError(f"damaged {kind} index at {directory} ({type(e).__name__}: {why}); rebuild it "
-                        "(build_index)") from None
+        return DenseIndex

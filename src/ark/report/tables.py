@@ -317,22 +317,29 @@ def train_samples(config: dict, distill_dir: Path) -> int | None:
     return json.loads(report.read_text())["report"]["train_samples"] if report.exists() else None
 
 
-def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
-    """(row order, label) of an evaluation run in the backbone table."""
-    b = config["backbone"]
-    if b["kind"] == "rules":
-        return 1, (f"teacher: rules policy, temperature {b.get('temperature', 0.0)}, "
-                   f"answers of up to {b.get('max_answer', 20)} nodes")
+def _rules_label(b: dict, distill_dir: Path) -> tuple[int, str]:
+    return 1, (f"teacher: rules policy, temperature {b.get('temperature', 0.0)}, "
+               f"answers of up to {b.get('max_answer', 20)} nodes")
+
+
+def _embedded_label(b: dict, distill_dir: Path) -> tuple[int, str]:
     local = b.get("local") or {}
-    if b["kind"] != "local":
-        return None
     if not local.get("adapter"):
         return (2, "SmolLM2-135M base, grammar-constrained") if local.get("constrained") else \
                (3, "SmolLM2-135M base, free decoding")
-    samples = train_samples(config, distill_dir)
+    samples = train_samples({"backbone": b}, distill_dir)
     size = "" if samples is None else f", {samples} trajectories"
     decoding = "grammar-constrained (a diagnostic)" if local.get("constrained") else "free decoding"
     return (5 if local.get("constrained") else 4), f"student: LoRA on SmolLM2{size}, {decoding}"
+
+
+ROW_LABELS = {"rules": _rules_label, "local": _embedded_label}  # backbone kind -> (row order, label); others: no row
+
+
+def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
+    """(row order, label) of an evaluation run in the backbone table."""
+    label = ROW_LABELS.get(config["backbone"]["kind"])
+    return label(config["backbone"], distill_dir) if label else None
 
 
 def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:

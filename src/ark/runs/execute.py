@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ark import build
 from ark.agent.runner import AgentConfig, run_queries, run_query
-from ark.errors import IncompleteRun
+from ark.errors import IncompleteRun, UserError
 from ark.eval.metrics import as_candidates
 from ark.eval.score import score_row, summarize
 from ark.eval.trajectories import run_statistics, timing_statistics
@@ -61,6 +61,9 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     """Run (or resume) the ``stage`` run (``evaluate`` or ``collect``) that ``cfg`` identifies; its summary."""
     labels = stage != "collect"
     build.validate(cfg)
+    if cfg.eval.workers > 1 and build.backbone(cfg).one_process:
+        raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
+                        "process, and every worker would load and run its own copy")
     tools = build.toolbox(cfg)
     queries = build.queries(cfg, tools.graph, labels=labels)
     run = Run(cfg, stage)

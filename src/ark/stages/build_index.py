@@ -2,10 +2,11 @@
 import time
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from ark.config import make
 from ark.graph import load_graph
-from ark.index import build_relevance, index_settings
+from ark.index import index_settings
 from ark.io import atomic_dir, write_json
 from ark.tracking import log_summary, stage_run
 from ark.stages import clear_errors
@@ -16,7 +17,7 @@ GROUPS = ("retriever",)  # config groups its results depend on (the graph is a f
 def run(cfg: DictConfig) -> dict:
     graph = load_graph(cfg.dataset)
     start = time.perf_counter()
-    index = build_relevance(cfg.retriever.name, graph.doc, OmegaConf.to_container(cfg.retriever.params))
+    index = make(cfg.retriever, "retriever").build(graph.doc)
     seconds = time.perf_counter() - start
     # no timings: a rebuild is byte-identical
     info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(cfg.retriever)}

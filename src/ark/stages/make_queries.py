@@ -2,42 +2,18 @@
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ark.errors import UserError
+from ark.config import make
 from ark.data.queries import write_query_splits
-from ark.graph import load_graph
 from ark.tracking import stage_run
 from ark.stages import clear_errors
 
 GROUPS = ("queries",)  # config groups its results depend on (the graph is a file dependency)
 
 
-def make(cfg: DictConfig) -> tuple[dict, dict]:
-    q = cfg.queries
-    if q.kind == "synthetic":
-        from ark.data.synthetic import make_synthetic_queries
-
-        return make_synthetic_queries(load_graph(cfg.dataset), q)
-    if q.kind == "phenopackets":
-        from ark.data.phenopackets import make_phenopacket_queries, read_phenopackets
-
-        splits, counts = make_phenopacket_queries(
-            load_graph(cfg.dataset), read_phenopackets(q.source), target=q.target,
-            cap_per_disease=q.cap_per_disease, split_fractions=tuple(q.split_fractions))
-        return splits, {"cases": counts}
-    if q.kind == "stark":
-        from ark.data.stark import load_stark_human_eval, load_stark_splits
-
-        if cfg.dataset.get("generate") and q.name != "generated":
-            raise UserError(f"dataset {cfg.dataset.name} is generated: its questions are queries=generated")
-        if q.human:
-            return {"test": load_stark_human_eval(q.qa_dir)}, {}
-        return load_stark_splits(q.qa_dir), {}
-    raise UserError(f"unknown query kind {q.kind!r}")
-
-
 def run(cfg: DictConfig) -> dict:
-    splits, stats = make(cfg)
-    stats["config"] = OmegaConf.to_container(cfg.queries, resolve=True)
+    splits, stats = make(cfg.queries, "queries").make(cfg.dataset)
+    stats["config"] = {k: v for k, v in OmegaConf.to_container(cfg.queries, resolve=True).items()
+                       if k != "_target_"}  # the settings, not the class reading them
     if stats["config"].get("source"):  # which file, not where this checkout keeps it
         from ark.data.phenopackets import source_identity
 
