@@ -11,8 +11,13 @@ from ark.errors import UserError
 
 BUILT = {group: (lambda cfg, group=group: make(cfg[group], group))
          for group in ("backbone", "dataset", "queries", "retriever")}
-OPTIONS = sorted((str(p.parent.relative_to(CONF)), p.stem) for p in CONF.rglob("*.yaml") if p.parent != CONF
-                 and p.parent.name != "accelerate")
+def option(path: Path) -> tuple[str, str]:
+    """(group, option) of a file under conf/: experiments keep their table folder (``table2/no_q``)."""
+    parts = path.relative_to(CONF).with_suffix("").parts
+    return ("experiment", "/".join(parts[1:])) if parts[0] == "experiment" else ("/".join(parts[:-1]), parts[-1])
+
+
+OPTIONS = sorted(option(p) for p in CONF.rglob("*.yaml") if p.parent != CONF and p.parent.name != "accelerate")
 
 
 def overrides(group: str, name: str) -> list[str]:
@@ -64,3 +69,30 @@ def test_a_config_without_a_class_says_so():
     cfg = compose(["~backbone._target_"])
     with pytest.raises(UserError, match="names no class"):
         BUILT["backbone"](cfg)
+
+
+def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
+    """The docs' example (docs/agent.md): a Table 2 row written as one file composes, and the report lists it."""
+    import re
+    import shutil
+
+    import ark.config
+    from ark.report.runs import experiment_config, row_settings, table_rows
+    from ark.runs.identity import identity
+
+    docs = (Path(CONF).parent / "docs" / "agent.md").read_text(encoding="utf-8")
+    example = re.search(r"\(`conf/experiment/(table2/\w+)\.yaml`\):\n\n  ```yaml\n(.*?)\n  ```", docs, re.S)
+    name, text = example.group(1), "\n".join(line[2:] for line in example.group(2).splitlines())
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / f"{name}.yaml").write_text(text + "\n", encoding="utf-8")
+    monkeypatch.setattr(ark.config, "CONF", conf)
+    experiment_config.cache_clear()
+    try:
+        assert table_rows("table2")[-1] == name and row_settings(name)["label"] == "neighborhood without q and F"
+        ident = identity(experiment_config(name, "biokg", "synthetic", ()), "evaluate")
+        assert ident["ablation"] == {"name": "no_q_no_f", "neighbors": True, "query_param": False,
+                                     "type_filters": False}
+        assert ident["split"] == "test-0.1" and ident["backbone"]["name"] == "rules_sampled"
+    finally:
+        experiment_config.cache_clear()

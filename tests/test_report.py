@@ -23,33 +23,43 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
     return d
 
 
-def run_config(backbone: dict, limit=50, T_max=4, n_agents=1, queries="synthetic"):
-    return {"stage": "evaluate", "split": "test", "eval.limit": limit, "queries": {"name": queries},
-            "agent": {"T_max": T_max, "n_agents": n_agents}, "backbone": backbone}
+def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatch):
+    """Table 5's rows are the runs whose stored settings are what conf/experiment/table5/*.yaml compose to (the
+    student's adapter by its content); BM25 is the baseline on the same first 50 queries."""
+    from ark.report.runs import experiment_config
+    from ark.runs.identity import identity
 
+    monkeypatch.chdir(tmp_path)  # the student rows name their adapter relative to the project root
+    adapter = tmp_path / "data" / "students" / "embedded"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    (tmp_path / "distill" / "embedded").mkdir(parents=True)
+    (tmp_path / "distill" / "embedded" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
 
-def test_the_backbone_table_finds_its_runs_by_config(tmp_path):
-    local = {"kind": "local", "name": "local_smollm2", "local": {"constrained": True, "adapter": None}}
+    def row(experiment: str, **change) -> dict:
+        config = identity(experiment_config(experiment, "biokg", "synthetic", ()), "evaluate")
+        for key, value in change.items():
+            config["agent" if key in ("T_max", "n_agents") else key][key] = value
+        return config
+
     runs = tmp_path / "runs"
     write_run(runs, "a", {"stage": "baseline", "split": "test", "eval.limit": 50, "queries": {"name": "synthetic"},
                           "retriever": {"name": "bm25"}}, 0.1)
-    write_run(runs, "b", run_config({"kind": "rules", "name": "rules_teacher", "temperature": 0.7, "max_answer": 5}),
-              0.4, 0.0)
-    write_run(runs, "c", run_config(local), 0.0, 0.9)
-    write_run(runs, "d", run_config({**local, "local": {"constrained": False, "adapter": "data/students/s1"}}), 0.3,
-              0.02)
-    write_run(runs, "g", run_config({**local, "local": {"constrained": True, "adapter": "data/students/s1"}}), 0.1, 0.0)
-    write_run(runs, "e", run_config(local, T_max=20), 0.5)  # another experiment: not in the table
-    write_run(runs, "f", run_config(local, n_agents=3), 0.5)  # neither
-    write_run(runs, "h", run_config({"kind": "rules", "name": "rules_sampled"}, limit=None), 0.5)  # a sweep cell
-    (tmp_path / "distill" / "s1").mkdir(parents=True)
-    (tmp_path / "distill" / "s1" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
+    write_run(runs, "b", row("table5/teacher"), 0.4, 0.0)
+    write_run(runs, "c", row("table5/base"), 0.0, 0.9, n=20)
+    write_run(runs, "d", row("table5/student"), 0.3, 0.02)
+    write_run(runs, "e", row("table5/student", T_max=20), 0.5)  # other settings: not a row of this table
+    write_run(runs, "f", row("table1/ark"), 0.5)  # another table's row
+    (adapter / "adapter_model.safetensors").write_bytes(b"retrained")
+    write_run(runs, "g", row("table5/student"), 0.9)  # the retrained adapter's run...
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")  # ...is not the student's now in data/
     t = table5(load_runs([runs]), tmp_path / "distill")
-    assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "g"]
+    assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d"]
     assert t.rows[1][1] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
-    student, diagnostic = t.rows[-2], t.rows[-1]
-    assert "grammar-constrained" in diagnostic[1] and "free decoding" in student[1]
-    assert "96 trajectories" in student[1] and student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
+    assert t.rows[2][1] == "SmolLM2-135M base, grammar-constrained" and t.rows[2][2] == 20
+    student = t.rows[-1]
+    assert "96 trajectories" in student[1] and "free decoding" in student[1]
+    assert student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
     assert "| synthetic | student: LoRA on SmolLM2, 96 trajectories, free decoding | 50 | 30.00 | 30.00 | 30.00 | " \
            "30.00 | 2.00 | 75 |" in t.markdown()
 
@@ -89,7 +99,7 @@ def tiny_runs(tiny_project, tmp_path):
     from ark.io import write_jsonl
     from ark.stages import baseline, build_index, evaluate
 
-    base = tiny_project + ["retriever.params.stemmer=null", "eval.progress=false"]
+    base = tiny_project + ["eval.progress=false"]
     cfg = compose_cfg(base)
     write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [
         {"id": "q1", "query": "Which phenotype is slender fingers?", "answer_ids": [3], "meta": {"template": "a"}},
@@ -100,11 +110,10 @@ def tiny_runs(tiny_project, tmp_path):
     build_index.run(cfg)
     results = tmp_path / "results" / "runs"
     baseline.run(compose_cfg(base + [f"run.root={results}/baseline/bm25"]))
-    ark = base + ["+experiment=ark"]
+    ark = base + ["+experiment=table1/ark"]  # the report finds each row's runs by its experiment file
     evaluate.run(compose_cfg(ark + [f"run.root={results}/evaluate/ark"]))
     for ablation in ("none", "no_neighbors"):
-        evaluate.run(compose_cfg(base + ["+experiment=ablations", f"ablation={ablation}",
-                                         f"run.root={results}/evaluate/{ablation}"]))
+        evaluate.run(compose_cfg(base + [f"+experiment=table2/{ablation}", f"run.root={results}/evaluate/{ablation}"]))
     for T in (1, 3):
         for n in (1, 2):
             evaluate.run(compose_cfg(ark + [f"agent.T_max={T}", f"agent.n_agents={n}",

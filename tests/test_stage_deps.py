@@ -1,7 +1,8 @@
 """Each DVC stage depends on every source file it runs: the modules its entry point imports, transitively (at
 module level or inside a function), and the modules of the classes its config groups name in ``_target_`` (the
 groups in the stage's ``GROUPS``, and backbone and retriever for whatever reaches ``ark.build``, which builds
-those). A missing dependency means ``dvc repro`` would not rerun a stage whose code changed."""
+those). A missing dependency means ``dvc repro`` would not rerun a stage whose code changed.
+``python tests/test_stage_deps.py`` rewrites the ``src/ark`` deps of both pipelines to what this derives."""
 import ast
 import importlib
 import re
@@ -108,3 +109,26 @@ def test_the_checker_sees_a_missing_dependency():
     assert Path("src/ark/llm/protocol.py") in files and Path("src/ark/agent/backbones.py") in files
     assert not covered(Path("src/ark/llm/protocol.py"), ["src/ark/agent", "src/ark/stages/evaluate.py"])
     assert covered(Path("src/ark/llm/protocol.py"), ["src/ark/llm"])
+
+
+def rewrite(pipeline: Path) -> None:
+    """Replace each stage's ``src/ark`` deps in ``pipeline`` with what ``needed`` derives (other lines kept)."""
+    entries = {s.split(":", 1)[1]: e for s, e, _ in stages() if s.split(":", 1)[0] == str(pipeline.relative_to(ROOT))}
+    out, stage, done = [], None, False
+    for line in pipeline.read_text(encoding="utf-8").split("\n"):
+        named = re.match(r"^  (\w+):\s*$", line)
+        if named:
+            stage, done = named.group(1), False
+        if stage in entries and re.match(r"^\s+- src/ark\S*\s*$", line):
+            if not done:
+                indent = line[: line.index("-")]
+                out += [f"{indent}- {d}" for d in needed(entries[stage])]
+                done = True
+            continue
+        out.append(line)
+    pipeline.write_text("\n".join(out), encoding="utf-8")
+
+
+if __name__ == "__main__":  # python tests/test_stage_deps.py: rewrite the src deps of both pipelines
+    for path in PIPELINES:
+        rewrite(path)

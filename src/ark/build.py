@@ -144,7 +144,7 @@ def backbone(cfg: DictConfig):
 
 def serving(cfg: DictConfig):
     from ark.agent.backbones import Serving
-    from ark.llm.client import RetryPolicy
+    from ark.llm.settings import RetryPolicy
 
     return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"),
                    retry=RetryPolicy(**OmegaConf.to_container(cfg.llm.retry)), models_dir=cfg.paths.models,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ark.agent.policies import LLMPolicy, RulesPolicy
-from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.settings import Backbone, RetryPolicy
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,10 @@ class HostedBackbone(Backbone):
     def text_protocol(self) -> bool:
         return self.tool_mode == "text"
 
-    def client(self, serving: Serving, api_base: str | None = None, local_model=None) -> LLMClient:
+    def client(self, serving: Serving, api_base: str | None = None, local_model=None):
+        """The ``ark.llm.client.LLMClient`` of this backbone (litellm is imported here, not by a rules run)."""
         from ark.llm.cache import ResponseCache
+        from ark.llm.client import LLMClient
 
         cache = ResponseCache(serving.cache, serving.cache_base) if serving.cache else None
         retry = serving.retry if local_model is None else dataclasses.replace(

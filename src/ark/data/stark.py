@@ -147,9 +147,10 @@ class Stark(Dataset):
         return {self.skb: str(ensure_stark_files(self.skb, self.raw_dir)), "qa": f"{self.raw_dir}/{QA_DIR}"}
 
     def build_graph(self):
-        from ark.graph.stark import load_stark_skb
+        from ark.graph.stark import ensure_stark_files, load_stark_skb
 
-        graph = load_stark_skb(self.skb, self.raw_dir, online=self.online, relations=self.documents["relations"])
+        ensure_stark_files(self.skb, self.raw_dir, revision=self.revision, online=self.online and not self.generate)
+        graph = load_stark_skb(self.skb, self.raw_dir, relations=self.documents["relations"])
         if self.generate:
             graph.meta.update(dataset=self.name, source="ark.data.synthetic_skb", generate=self.generate)
         return graph

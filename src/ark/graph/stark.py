@@ -41,7 +41,6 @@ from ark.graph.stark_documents import (amazon_doc, amazon_relations, mag_doc, ma
                                        prime_relations)
 
 STARK_REPO = "snap-stanford/stark"
-STARK_REVISION = "88269e23e90587f99476c5dd74e235a0877e69be"
 
 NAMES = ("amazon", "mag", "prime")
 # PRIME's node_type_dict.pkl and edge_type_dict.pkl
@@ -106,14 +105,15 @@ def missing_files(name: str, root: str | Path) -> list[Path]:
     return [folder / f for f in required_files(name) if not (folder / f).exists()]
 
 
-def ensure_stark_files(
-    name: str, root: str | Path, revision: str = STARK_REVISION, online: bool = False
-) -> Path:
-    """Return the folder with the SKB files; download ``skb/<name>/processed.zip`` only if files are
-    missing and ``online`` is true, else raise FileNotFoundError naming the missing file."""
+def ensure_stark_files(name: str, root: str | Path, revision: str | None = None, online: bool = False) -> Path:
+    """Return the folder with the SKB files; download ``skb/<name>/processed.zip`` at ``revision`` (the commit
+    ``stark_revision`` in conf/config.yaml pins) only if files are missing and ``online`` is true, else raise a
+    ``UserError`` naming the missing file and how to get it."""
     name = canonical_name(name)
     missing = missing_files(name, root)
     if missing and online:
+        if not revision:
+            raise UserError(f"downloading STaRK {name.upper()} needs a pinned revision (stark_revision)")
         from huggingface_hub import hf_hub_download
 
         zip_path = hf_hub_download(
@@ -128,9 +128,9 @@ def ensure_stark_files(
             f"STaRK {name.upper()} file {missing[0]} is missing"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
             + f". Get it with: huggingface-cli download {STARK_REPO} --repo-type dataset "
-            f"--revision {revision} --include skb/{name}/processed.zip --local-dir STARK_HF && "
+            f"--revision {revision or '<stark_revision in conf/config.yaml>'} --include skb/{name}/processed.zip --local-dir STARK_HF && "
             f"unzip STARK_HF/skb/{name}/processed.zip -d {target}  "
-            f"(or call ensure_stark_files({name!r}, root, online=True))"
+            "(or run the download stage with dataset.online=true)"
         )
     return files_dir(name, root)
 

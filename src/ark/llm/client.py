@@ -18,11 +18,12 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import litellm
 
 from ark.llm.cache import ResponseCache
+from ark.llm.settings import Backbone, RetryPolicy  # noqa: F401  (re-exported: the client's settings)
 from ark.llm.result import LLMResult
 from ark.secrets import known_keys, scrub
 
@@ -37,32 +38,6 @@ RETRYABLE = (
     litellm.exceptions.Timeout,
     litellm.exceptions.APIConnectionError,
 )
-
-
-@dataclass
-class RetryPolicy:
-    max_attempts: int = 6
-    base_delay: float = 1.0
-    max_delay: float = 30.0
-    timeout: float = 120.0
-    local_timeout: float = 3600.0  # the embedded model: one slow CPU generation is not a failure to retry
-
-
-@dataclass
-class Backbone:
-    """An LLM backbone's model and sampling settings (``ark.agent.backbones`` adds how it is served)."""
-
-    name: str
-    model: str  # litellm model id, e.g. gpt-4.1, anthropic/claude-sonnet-4-5, openai/<served name>
-    api_base: str | None = None
-    api_key_env: str | None = None
-    temperature: float = 0.7
-    top_p: float | None = None
-    max_tokens: int = 1024
-    tool_mode: str = "native"  # native tool calls, or "text": tools described in the prompt, calls parsed
-    tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
-    extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
-    context_window: int | None = None  # tokens, prompt and reply; null: the local model's, or litellm's model info
 
 
 def request_key(request: dict) -> str:

@@ -10,8 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ark.report.runs import RunData  # noqa: E402
-from ark.report.tables import ark_runs, by_queries, distillation_rows, train_samples, trajectory_rows  # noqa: E402
+from ark.report.runs import RunData, experiment_runs  # noqa: E402
+from ark.report.tables import (ark_runs, ark_setting, distillation_rows, train_samples,  # noqa: E402
+                               trajectory_rows)
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
@@ -69,10 +70,9 @@ def figure2(runs, query_sets, ark, out: Path) -> list[Path]:
     return paths
 
 
-def figure3(runs, query_sets, ark, out: Path) -> list[Path]:
+def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
     """Share of neighborhood calls per query type against the type's share of the queries (synthetic templates)."""
-    per_set = by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", dataset__name="biokg"),
-                         query_sets)
+    per_set = experiment_runs(runs, ark_experiment, query_sets)
     typed = {q: trajectory_rows(r) for q, r in per_set.items()}
     typed = {q: rows for q, rows in typed.items() if len({x["template"] for x in rows}) > 1}
     if not typed:
@@ -91,7 +91,7 @@ def figure3(runs, query_sets, ark, out: Path) -> list[Path]:
         ax.set_ylabel("%")
         ax.set_title(q)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Figure 3: neighborhood calls per query type, {ark['backbone']} on BioKG")
+    fig.suptitle(f"Figure 3: neighborhood calls per query type, {ark_setting(ark_experiment)['backbone']} on BioKG")
     return [_save(fig, out / "figure3_neighborhood_by_query_type.png")]
 
 
@@ -137,10 +137,9 @@ def _first_n_hit1(run: RunData, n: int) -> float:
     return 100 * float(np.mean([s["hit@1"] for s in list(run.scores.values())[:n]]))
 
 
-def figure5(runs, query_sets, ark, out: Path) -> list[Path]:
+def figure5(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
     """Histogram of neighborhood calls per trajectory, successful (own Hit@5) vs failed."""
-    per_set = by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", dataset__name="biokg"),
-                         query_sets)
+    per_set = experiment_runs(runs, ark_experiment, query_sets)
     if not per_set:
         return []
     fig, axes = plt.subplots(1, len(per_set), figsize=(4.2 * len(per_set), 3.4), squeeze=False)
@@ -157,7 +156,7 @@ def figure5(runs, query_sets, ark, out: Path) -> list[Path]:
         ax.set_ylabel("trajectories")
         ax.set_title(q)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Figure 5: neighborhood calls per trajectory, {ark['backbone']} on BioKG")
+    fig.suptitle(f"Figure 5: neighborhood calls per trajectory, {ark_setting(ark_experiment)['backbone']} on BioKG")
     return [_save(fig, out / "figure5_neighborhood_calls.png")]
 
 
@@ -170,8 +169,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def biokg_figures(runs, cfg_report, distill_dir: Path, out: Path) -> list[Path]:
-    qs, ark = list(cfg_report["query_sets"]), dict(cfg_report["ark"])
+    qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     d = cfg_report["distillation"]
-    return (figure2(runs, qs, ark, out) + figure3(runs, qs, ark, out)
+    return (figure2(runs, qs, ark_setting(ark), out) + figure3(runs, qs, ark, out)
             + figure4(runs, distill_dir, d["t_max"], d["baseline_limit"], out) + figure5(runs, qs, ark, out))
 

@@ -77,6 +77,45 @@ def select(runs: list[RunData], **settings) -> list[RunData]:
     return [r for r in runs if r.matches(**settings)]
 
 
+def table_rows(table: str) -> list[str]:
+    """The experiment files of a table's rows, ``conf/experiment/<table>/<row>.yaml``, in their ``row.order``."""
+    from ark.config import CONF
+
+    names = [f"{table}/{p.stem}" for p in sorted((CONF / "experiment" / table).glob("*.yaml"))]
+    return sorted(names, key=lambda name: row_settings(name).get("order", 0))
+
+
+def row_settings(experiment: str) -> dict:
+    """What a row file says about its place in its table (``row``: label, order)."""
+    from omegaconf import OmegaConf
+
+    row = experiment_config(experiment, "biokg", "synthetic", ()).get("row")
+    return OmegaConf.to_container(row, resolve=True) if row is not None else {}
+
+
+@lru_cache(maxsize=256)
+def experiment_config(experiment: str, dataset: str, queries: str, paths: tuple):
+    from ark.config import compose
+
+    return compose([f"dataset={dataset}", f"queries={queries}", f"+experiment={experiment}", "logger=none", *paths])
+
+
+def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: str = "biokg") -> dict[str, RunData]:
+    """{query set: its run of ``+experiment=<experiment>``}: the evaluate run whose stored identity is what the
+    experiment file composes to on that query set (values each machine resolves for itself aside); query sets with
+    no such run are left out."""
+    from ark.runs.identity import identity, portable
+
+    paths = next((r.paths for r in runs), ())
+    found = {}
+    for q in query_sets:
+        wanted = portable(identity(experiment_config(experiment, dataset, q, tuple(paths)), "evaluate"))
+        match = [r for r in runs if r.config.get("stage") == "evaluate" and portable(r.config) == wanted]
+        if match:
+            found[q] = match[0]
+    return found
+
+
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
     """The project's config for a stored dataset and query set name: where their files are on this machine."""
     from ark.config import compose

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ark.agent.aggregate import aggregate
+from ark.agent.aggregate import AGGREGATIONS, aggregate
 from ark.eval.metrics import score_query
 from ark.eval.score import score_records
 from ark.eval.trajectories import steps
-from ark.report.runs import RunData, select
+from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, select, table_rows
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 LABEL = {"hit@1": "Hit@1", "hit@5": "Hit@5", "recall@20": "R@20", "mrr": "MRR"}
@@ -130,38 +130,39 @@ def baseline_runs(runs, retriever: str, dataset: str, split: str = "test") -> li
             if r.get("eval.limit") is None]
 
 
-def table1(runs, query_sets, ark) -> Table:
+def ark_setting(experiment: str) -> dict:
+    """Backbone, agents and T_max of the ARK row's experiment file (for titles and notes)."""
+    c = experiment_config(experiment, "biokg", "synthetic", ())
+    return {"backbone": c.backbone.name, "n_agents": c.agent.n_agents, "T_max": c.agent.T_max}
+
+
+def row_runs(runs, table: str, query_sets) -> list[tuple[str, dict[str, RunData]]]:
+    """(label, {query set: run}) of each row of a table, from its experiment files (``conf/experiment/<table>/``)."""
+    return [(row_settings(e).get("label", e), experiment_runs(runs, e, query_sets)) for e in table_rows(table)]
+
+
+def table1(runs, query_sets, ark_experiment: str) -> Table:
+    ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
     t = Table("table1", "Table 1: retrieval on BioKG, test split (x100)",
               ["method"] + metric_columns(query_sets, metrics, average=True),
               note=f"ARK here is the scripted rules policy sampled at its temperature "
                    f"({ark['backbone']}, {ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language "
                    "model. The STaRK version of this table is stark_table1.md.")
-    rules = [r for r in select(runs, stage="evaluate", split="test", backbone__name="rules", agent__n_agents=1,
-                               ablation__name="none", retriever__name="bm25", dataset__name="biokg")
-             if r.get("eval.limit") is None]
-    for label, found in (("BM25", baseline_runs(runs, "bm25", "biokg")),
-                         ("dense (MiniLM-L6)", baseline_runs(runs, "dense", "biokg")),
-                         ("rules policy, deterministic, 1 agent", rules),
-                         (f"ARK ({ark['backbone']})", ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
-                                                               dataset__name="biokg"))):
-        per_set = by_queries(found, query_sets)
+    baselines = [(label, by_queries(baseline_runs(runs, retriever, "biokg"), query_sets))
+                 for label, retriever in (("BM25", "bm25"), ("dense (MiniLM-L6)", "dense"))]
+    for label, per_set in baselines + row_runs(runs, "table1", query_sets):
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics, average=True), list(per_set.values()))
     return t
 
 
-ABLATIONS = {"none": "full toolset", "no_neighbors": "without neighborhood search",
-             "no_q": "neighborhood without query ranking (no q)", "no_f": "neighborhood without type filters (no F)"}
-
-
-def table2(runs, query_sets, ark, split) -> Table:
+def table2(runs, query_sets, ark_experiment: str, split: str) -> Table:
+    ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20")
     t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
               note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
-    for ablation, label in ABLATIONS.items():
-        per_set = by_queries(ark_runs(runs, ark, split, ablation__name=ablation, retriever__name="bm25",
-                                      dataset__name="biokg"), query_sets)
+    for label, per_set in row_runs(runs, "table2", query_sets):
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
     return t
@@ -175,15 +176,15 @@ def fused_scores(run: RunData, method: str) -> dict:
     return score_records(fused, gold, list(METRICS), run.candidates())[1]
 
 
-def table3(runs, query_sets, ark) -> Table:
+def table3(runs, query_sets, ark_experiment: str) -> Table:
+    ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
     t = Table("table3", f"Table 3: aggregation of the same {ark['n_agents']}-agent runs on BioKG, test split (x100)",
               ["aggregation"] + metric_columns(query_sets, metrics),
               note="Computed from the per-agent answer lists stored in Table 1's ARK runs (not rerun): voting ranks "
                    "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20.")
-    per_set = by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", dataset__name="biokg"),
-                         query_sets)
-    for method in ("voting", "ordering", "random"):
+    per_set = experiment_runs(runs, ark_experiment, query_sets)
+    for method in AGGREGATIONS:
         if per_set:
             scored = {q: fused_scores(r, method) for q, r in per_set.items()}
             t.add([method] + [pct(scored[q][m]) if q in scored else None for q in query_sets for m in metrics],
@@ -191,33 +192,29 @@ def table3(runs, query_sets, ark) -> Table:
     return t
 
 
-def table4(runs, query_sets, ark, split) -> Table:
+def table4(runs, query_sets, split: str) -> Table:
     metrics = ("hit@1", "recall@20", "mrr")
     t = Table("table4", f"Table 4: BM25 vs dense relevance inside ARK on BioKG, {split} (x100)",
               ["relevance"] + metric_columns(query_sets, metrics),
               note="The relevance function ranks both global search and the neighborhood (rel(q, d_V(u))); "
                    "dense: cosine of all-MiniLM-L6-v2 embeddings.")
-    for retriever in ("bm25", "dense"):
-        per_set = by_queries(ark_runs(runs, ark, split, ablation__name="none", retriever__name=retriever,
-                                      dataset__name="biokg"), query_sets)
+    for label, per_set in row_runs(runs, "table4", query_sets):
         if per_set:
-            t.add([retriever] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+            t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
     return t
 
 
-def table8(runs, query_sets, ark) -> Table:
+def table8(runs, query_sets, ark_experiment: str) -> Table:
+    ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
     t = Table("table8", "Table 8: cost-controlled budgets on BioKG, test split (x100)",
               ["budget"] + metric_columns(query_sets, metrics) + ["steps per query"],
               note=f"Both settings allow 30 steps per query. {ark['backbone']} is scripted: it finishes in at most "
                    "3 steps, so a larger T_max cannot help it; more agents can (voting).")
-    for n, T in ((1, 30), (3, 10)):
-        setting = dict(ark, n_agents=n, T_max=T)
-        per_set = by_queries(ark_runs(runs, setting, ablation__name="none", retriever__name="bm25",
-                                      dataset__name="biokg"), query_sets)
+    for label, per_set in row_runs(runs, "table8", query_sets):
         if per_set:
             steps = [sum(a.steps for rec in r.records for a in rec.agents) / len(r.records) for r in per_set.values()]
-            t.add([f"{n} agent{'s' if n > 1 else ''} x T_max {T}"] + metric_cells(per_set, query_sets, metrics)
+            t.add([label] + metric_cells(per_set, query_sets, metrics)
                   + [round(float(np.mean(steps)), 2)], list(per_set.values()))
     return t
 
@@ -240,14 +237,13 @@ def trajectory_rows(run: RunData) -> list[dict]:
     return rows
 
 
-def table9(runs, query_sets, ark) -> Table:
+def table9(runs, query_sets, ark_experiment: str) -> Table:
     t = Table("table9", "Table 9: tool use per trajectory on BioKG, test split",
               ["query set", "trajectories", "global search only: share %", "success %",
                "both tools: share %", "success %"],
               note="Success: the trajectory's own answer list has a gold node in its top 5 (Hit@5). Computed from "
                    "Table 1's ARK runs.")
-    for q, run in by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
-                                      dataset__name="biokg"), query_sets).items():
+    for q, run in experiment_runs(runs, ark_experiment, query_sets).items():
         rows = trajectory_rows(run)
         only = [x for x in rows if x["global_calls"] and not x["neighborhood_calls"]]
         both = [x for x in rows if x["global_calls"] and x["neighborhood_calls"]]
@@ -255,14 +251,13 @@ def table9(runs, query_sets, ark) -> Table:
     return t
 
 
-def table10(runs, query_sets, ark) -> Table:
+def table10(runs, query_sets, ark_experiment: str) -> Table:
     t = Table("table10", "Table 10: re-anchoring (a global search after the first step) on BioKG, test split",
               ["query set", "trajectories", "re-anchoring: share %", "success %", "no re-anchoring: share %",
                "success %"],
-              note=f"Success as in Table 9. {ark['backbone']} searches once, at its first step, by construction: "
+              note=f"Success as in Table 9. {ark_setting(ark_experiment)['backbone']} searches once, at its first step, by construction: "
                    "its re-anchoring share is 0 and says nothing about a language model's.")
-    for q, run in by_queries(ark_runs(runs, ark, ablation__name="none", retriever__name="bm25",
-                                      dataset__name="biokg"), query_sets).items():
+    for q, run in experiment_runs(runs, ark_experiment, query_sets).items():
         rows = trajectory_rows(run)
         yes = [x for x in rows if x["reanchored"]]
         no = [x for x in rows if not x["reanchored"]]
@@ -343,9 +338,9 @@ def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
 
 
 def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:
-    """Every evaluate run on the first test queries with one agent and ``t_max`` steps, and BM25 on the first
-    ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the teacher's where both ran
-    on the same number of (first) queries."""
+    """The runs of Table 5's rows (``conf/experiment/table5/``: one agent, ``t_max`` steps, the first test queries)
+    and BM25 on the first ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the
+    teacher's where both ran on the same number of (first) queries."""
     rows = []
     for run in runs:
         c = run.config
@@ -353,11 +348,12 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, ba
             rows.append({"order": 0, "method": f"BM25, one global search ({c['retriever']['name']})",
                          "queries": c["queries"]["name"], "run_data": run, **run.metrics,
                          "invalid_call_rate": None})
-        elif c["stage"] == "evaluate" and c["split"] == "test" and c["agent"]["n_agents"] == 1 \
-                and c["agent"]["T_max"] == t_max and c.get("eval.limit") is not None:  # on the first test queries
-            labelled = method(c, distill_dir)
+    query_sets = sorted({r.config["queries"]["name"] for r in runs})
+    for experiment in table_rows("table5"):
+        for run in experiment_runs(runs, experiment, query_sets).values():
+            labelled = method(run.config, distill_dir)
             if labelled:
-                rows.append({"order": labelled[0], "method": labelled[1], "queries": c["queries"]["name"],
+                rows.append({"order": labelled[0], "method": labelled[1], "queries": run.config["queries"]["name"],
                              "run_data": run, **run.metrics,
                              "invalid_call_rate": run.stats.get("invalid_call_rate")})
     rows.sort(key=lambda r: (r["queries"], r["order"], r["method"], r["n_queries"]))
@@ -384,9 +380,9 @@ def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) ->
 
 
 def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
-    qs, ark = list(cfg_report["query_sets"]), dict(cfg_report["ark"])
+    qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
     d = cfg_report["distillation"]
-    return [table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs, ark, split),
+    return [table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs, split),
             table5(runs, distill_dir, d["t_max"], d["baseline_limit"]), table6(queries_root, qs, split), table7(graphs),
             table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]

@@ -86,6 +86,22 @@ def identity(cfg: DictConfig, stage: str) -> dict:
     return out
 
 
+MACHINE_RESOLVED = (("backbone", "local", "threads"), ("backbone", "local", "dtype"), ("retriever", "params", "bf16"))
+
+
+def portable(ident: dict) -> dict:
+    """``ident`` without the values each machine resolves for itself ("auto" dtypes, thread counts): what a run
+    found on another machine is compared by (the report's lookup of a table row's runs)."""
+    out = json.loads(json.dumps(ident))
+    for *parents, key in MACHINE_RESOLVED:
+        node = out
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(key, None)
+    return out
+
+
 def identity_hash(ident: dict) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:10]
 
