@@ -3,23 +3,17 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # what decides the kernels torch and numpy use
 
 
 def machine(packages=()) -> dict:
-    """CPU (lscpu's model name, its bf16/AVX flags), cores, memory, load, platform, Python, the versions of
+    """CPU (its model name and bf16/AVX flags, ``ark.machine``), cores, memory, load, platform, Python, the versions of
     ``packages`` that are importable, and torch's threads and kernels when torch is loaded."""
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        lscpu = ""
-    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lscpu.splitlines() if ":" in line)}
-    flags = fields.get("Flags", "").split()
-    info = {"cpu": fields.get("Model name") or platform.processor() or "unknown", "cpus": os.cpu_count(),
-            "isa_flags": [f for f in ISA_FLAGS if f in flags],
+    from ark.machine import cpu_flags, cpu_name
+
+    info = {"cpu": cpu_name(), "cpus": os.cpu_count(), "isa_flags": [f for f in ISA_FLAGS if f in cpu_flags()],
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
             "load_average": round(os.getloadavg()[0], 2), "platform": platform.platform(),
             "python": platform.python_version()}

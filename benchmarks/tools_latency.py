@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -48,8 +47,10 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    print(f"machine: {platform.platform()} | {platform.processor() or platform.machine()} | "
-          f"{os.cpu_count()} CPUs | Python {platform.python_version()}")
+    from common import machine  # benchmarks/ is this script's directory, first on sys.path
+
+    m = machine()
+    print(f"machine: {m['platform']} | {m['cpu']} | {m['cpus']} CPUs | Python {m['python']}")
     print(f"command: {' '.join(shlex.quote(a) for a in [sys.executable, *sys.argv])}")
 
     graph_dir, index_dir = Path(args.graph), Path(args.index)

@@ -2,13 +2,11 @@
 
 Every ``import ark…`` in src/ark, at module level or inside a function, is read from the source. A package may
 import packages of lower layers only (and its own modules); no stage imports another stage."""
-import ast
-from pathlib import Path
+from tests.helpers import SRC, imported
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [  # lowest first
     ("ark.errors",),
-    ("ark.secrets", "ark.io", "ark.config"),
+    ("ark.secrets", "ark.io", "ark.config", "ark.machine"),
     ("ark.graph", "ark.llm"),
     ("ark.data", "ark.index"),
     ("ark.tools",),
@@ -27,21 +25,8 @@ def imports() -> set[tuple[str, str]]:
     edges = set()
     for path in SRC.rglob("*.py"):
         module = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            edges |= {(module, name) for name in names if name.startswith("ark.") and is_module(name)}
+        edges |= {(module, name) for name in imported(path) if name.startswith("ark.")}
     return edges
-
-
-def is_module(name: str) -> bool:
-    """Whether ``ark.x.y`` names a module or package (not a function or class imported from one)."""
-    path = SRC.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def package(module: str) -> str:

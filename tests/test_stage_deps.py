@@ -3,7 +3,6 @@ module level or inside a function), and the modules of the classes its config gr
 groups in the stage's ``GROUPS``, and backbone and retriever for whatever reaches ``ark.build``, which builds
 those). A missing dependency means ``dvc repro`` would not rerun a stage whose code changed.
 ``python tests/test_stage_deps.py`` rewrites the ``src/ark`` deps of both pipelines to what this derives."""
-import ast
 import importlib
 import re
 from pathlib import Path
@@ -11,31 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import imported, module_file
+
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
 PIPELINES = [ROOT / "dvc.yaml", ROOT / "stark" / "dvc.yaml"]
-
-
-def module_file(name: str) -> Path | None:
-    path = SRC.joinpath(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported(path: Path) -> set[str]:
-    """The ark modules a source file imports (a name imported from a module counts as that module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        found |= {n for n in names if n.startswith("ark") and module_file(n)}
-    return found
 
 
 def targets(groups) -> set[str]:

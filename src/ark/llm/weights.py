@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ark.io import sha256_file, sha256_tree
+from ark.machine import cpu_flags
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
@@ -29,11 +29,7 @@ def default_gguf_path() -> Path:
 def cpu_has_bf16() -> bool:
     """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs) torch emulates
     it: SmolLM2 prefill ran at 53 tokens/s in bfloat16 against 360 in float32 on an AMD EPYC."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return re.search(r"\b(avx512_bf16|amx_bf16)\b", f.read()) is not None
-    except OSError:
-        return False
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def resolve_dtype(dtype: str) -> str:

@@ -30,9 +30,10 @@ from pathlib import Path
 import yaml
 
 from ark.errors import UserError
-from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
-from ark.runs.identity import identity, run_name
 from ark.agent.records import QueryRecord
+from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
+from ark.machine import cpu_name
+from ark.runs.identity import identity, run_name
 
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
 
@@ -130,20 +131,10 @@ class Run:
     def write_timing(self, timing: dict) -> None:
         """Wall-clock figures and where they were measured: under ``paths.logs`` and, for a DVC stage, beside
         the published metrics (committed, but not a DVC output: a rerun's new timings change no stage)."""
-        record = {"run": self.name, "platform": platform.platform(), "processor": _cpu_name(), **timing}
+        record = {"run": self.name, "platform": platform.platform(), "processor": cpu_name(), **timing}
         write_json(self.timing_path, record)
         if self.publish_dir is not None:
             write_json(self.publish_dir / "timing.json", record)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def data_inputs(cfg) -> list[Path]:
