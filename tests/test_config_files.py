@@ -96,3 +96,25 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
         assert ident["split"] == "test-0.1" and ident["backbone"]["name"] == "rules_sampled"
     finally:
         experiment_config.cache_clear()
+
+
+def test_a_new_hosted_backbone_is_one_yaml_file(tmp_path, monkeypatch):
+    """The docs' example (docs/agent.md): a hosted backbone written as one file composes and builds its class."""
+    import re
+    import shutil
+
+    import ark.config
+    from ark.agent.backbones import HostedBackbone
+
+    docs = (Path(CONF).parent / "docs" / "agent.md").read_text(encoding="utf-8")
+    example = re.search(r"`conf/backbone/<name>\.yaml`:\n\n  ```yaml\n(.*?)\n  ```", docs, re.S).group(1)
+    text = "\n".join(line[2:] for line in example.splitlines())
+    name = re.search(r"^name: (\S+)", text, re.M).group(1)
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "backbone" / f"{name}.yaml").write_text(text + "\n", encoding="utf-8")
+    monkeypatch.setattr(ark.config, "CONF", conf)
+    cfg = compose([f"backbone={name}"])
+    spec = BUILT["backbone"](cfg)
+    assert isinstance(spec, HostedBackbone) and spec.model.startswith("mistral/") and not spec.text_protocol
+    build.validate(cfg)
