@@ -69,10 +69,11 @@ def fake_run(config: dict, **metrics) -> RunData:
 
 
 def test_stark_tables_put_ours_beside_the_papers_numbers():
-    paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "source": "arXiv x v1"}
+    paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "version": "v2",
+              "source": "arXiv x v2"}
              for c, v in (("PRIME Hit@1", "12.75"), ("MAG Hit@1", "25.85"), ("Average Hit@1", "27.85"))]
     paper.append({"table": "Table 1", "caption": "main", "row": "ARK", "column": "PRIME Hit@1", "value": "48.20",
-                  "source": "arXiv x v1"})
+                  "version": "v2", "source": "arXiv x v2"})
     bm25 = fake_run({"stage": "baseline", "split": "test", "eval.limit": None, "dataset": {"name": "stark_prime"},
                      "retriever": {"name": "bm25"}}, **{"hit@1": 0.2})
     other = fake_run({"stage": "baseline", "split": "test-0.1", "eval.limit": None,
