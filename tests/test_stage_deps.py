@@ -2,7 +2,7 @@
 module level or inside a function), and the modules of the classes its config groups name in ``_target_`` (the
 groups in the stage's ``GROUPS``, and backbone and retriever for whatever reaches ``ark.build``, which builds
 those). A missing dependency means ``dvc repro`` would not rerun a stage whose code changed.
-``python tests/test_stage_deps.py`` rewrites the ``src/ark`` deps of both pipelines to what this derives."""
+``python -m tests.test_stage_deps`` rewrites the ``src/ark`` deps of both pipelines to what this derives."""
 import importlib
 import re
 from pathlib import Path
@@ -107,6 +107,6 @@ def rewrite(pipeline: Path) -> None:
     pipeline.write_text("\n".join(out), encoding="utf-8")
 
 
-if __name__ == "__main__":  # python tests/test_stage_deps.py: rewrite the src deps of both pipelines
+if __name__ == "__main__":  # python -m tests.test_stage_deps: rewrite the src deps of both pipelines
     for path in PIPELINES:
         rewrite(path)
