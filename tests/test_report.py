@@ -141,7 +141,7 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     assert {k: v for k, v in metrics["table3"]["voting"].items()} == {k: ark[k] for k in metrics["table3"]["voting"]}
     assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
     table9 = (tables / "table9.csv").read_text().splitlines()
-    assert table9[1].startswith("synthetic,9,")  # 3 queries x 3 agents
+    assert table9[1].startswith("all,synthetic,9,")  # 3 queries x 3 agents
     # the same runs give the same bytes (DVC hashes the outputs)
     first = {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
     report.run(cfg)
