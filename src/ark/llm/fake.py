@@ -5,8 +5,9 @@ anywhere), and counts and keeps the requests. The tests and benchmarks use it; a
 pipeline against it for free, e.g.::
 
     python -m ark.llm.fake --port 8765 &
-    python -m ark.stages.evaluate backbone=gpt-4.1 backbone.model=openai/fake \
-        backbone.api_base=http://127.0.0.1:8765/v1 backbone.api_key_env=null eval.limit=5 run.root=/tmp/dry
+    python -m ark.stages.evaluate backbone=gpt-4.1 backbone.model=openai/fake \\
+        backbone.api_base=http://127.0.0.1:8765/v1 backbone.api_key_env=null llm.cache=null eval.limit=5 \\
+        run.root=/tmp/dry
 """
 from __future__ import annotations
 
