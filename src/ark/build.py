@@ -89,9 +89,18 @@ def relevance(cfg: DictConfig):
 
 
 def toolbox(cfg: DictConfig):
+    """The agent's tools: ARK's (``agent.toolset: ark``, the default) or ARK-V1's (``ark_v1``)."""
+    from ark.tools.ark_v1 import ArkV1Toolbox
     from ark.tools.toolbox import ToolConfig, Toolbox
 
-    return Toolbox(graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
+    toolsets = {"ark": Toolbox, "ark_v1": ArkV1Toolbox}
+    name = cfg.agent.get("toolset", "ark")
+    if name not in toolsets:
+        raise UserError(f"agent.toolset must be one of {', '.join(toolsets)}, got {name!r}")
+    if name != "ark" and cfg.ablation.name != "none":
+        raise UserError(f"ablation={cfg.ablation.name} removes parts of ARK's tools; agent.toolset={name} has "
+                        "its own: use ablation=none")
+    return toolsets[name](graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
 
 
 def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ark.agent.policies import LLMPolicy, RulesPolicy
+from ark.errors import UserError
 from ark.llm.settings import Backbone, RetryPolicy
 
 
@@ -46,6 +47,14 @@ class RulesBackbone:
 
     @contextlib.contextmanager
     def policy(self, tools, seed: int, T_max: int, serving: Serving):
+        if tools.toolset == "ark_v1":
+            from ark.agent.rules_v1 import RulesV1Policy
+
+            if self.temperature:
+                raise UserError(f"backbone {self.name}: the scripted ARK-V1 policy is deterministic; use a rules "
+                                "backbone with temperature 0 (backbone=rules)")
+            yield RulesV1Policy(tools, self.type_words, self.search_size, self.expand, self.max_answer, T_max=T_max)
+            return
         yield RulesPolicy(tools, self.type_words, self.search_size, self.expand, self.max_answer,
                           temperature=self.temperature, seed=seed, answer_order=self.answer_order, T_max=T_max)
 

@@ -47,7 +47,7 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
         _emit(on_event, "reply", agent=agent, step=step, message=message)
         if not calls:
             traj.replies_without_call += 1
-            messages.append({"role": "user", "content": no_call_text("search_in_graph", {"query": "..."})})
+            messages.append({"role": "user", "content": no_call_text(*toolbox.example_call)})
             observations = []
             continue
         observations = []

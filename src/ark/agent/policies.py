@@ -51,6 +51,24 @@ class _LLMSession:
 ANSWER_ORDERS = ("ranked", "sampled")
 
 
+def answer_type(query: str, type_words: dict[str, list[str]]) -> str | None:
+    """The node type whose words appear earliest in the question sentence (None if none does).
+
+    Only the last sentence ending in '?' is read when there is one: a case description before it
+    ("... abnormal liver function ...") must not decide the answer type. (Found by ``rfind``: a regex for "the last
+    sentence ending in '?'" is quadratic in the length of a text without one.)
+    """
+    end = query.rfind("?")
+    text = (query[max(query.rfind(c, 0, end) for c in ".?!") + 1: end + 1] if end >= 0 else query).lower()
+    best = None
+    for type_name, words in type_words.items():
+        for w in words:
+            m = re.search(rf"\b{re.escape(w.lower())}", text)
+            if m and (best is None or m.start() < best[0]):
+                best = (m.start(), type_name)
+    return best[1] if best else None
+
+
 class RulesPolicy:
     text_protocol = False
     client = None  # makes no model call
@@ -68,20 +86,7 @@ class RulesPolicy:
         self.T_max = T_max
 
     def answer_type(self, query: str) -> str | None:
-        """The node type whose words appear earliest in the question sentence (None if none does).
-
-        Only the last sentence ending in '?' is read when there is one: a case description before it
-        ("... abnormal liver function ...") must not decide the answer type.
-        """
-        questions = re.findall(r"[^.?!]*\?", query)
-        text = (questions[-1] if questions else query).lower()
-        best = None
-        for type_name, words in self.type_words.items():
-            for w in words:
-                m = re.search(rf"\b{re.escape(w.lower())}", text)
-                if m and (best is None or m.start() < best[0]):
-                    best = (m.start(), type_name)
-        return best[1] if best else None
+        return answer_type(query, self.type_words)
 
     def session(self, query: str, agent: int) -> "_RulesSession":
         # a string seed is hashed with sha512: the same stream in every process, whatever PYTHONHASHSEED is

@@ -61,6 +61,9 @@ class ToolError(ValueError):
 
 
 class Toolbox:
+    toolset = "ark"  # the interface's name (agent.toolset); ark.tools.ark_v1 is the other
+    example_call = ("search_in_graph", {"query": "..."})  # shown to a model that replied without a tool call
+
     def __init__(self, graph: Graph, relevance: Relevance, config: ToolConfig = ToolConfig()):
         self.graph = graph
         self.relevance = relevance
