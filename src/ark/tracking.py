@@ -64,7 +64,8 @@ def run_labels(cfg, stage: str, identity_cfg=None) -> tuple[str, list[str]]:
         except Exception:  # noqa: BLE001  (a bad config: the stage itself says what is wrong, not W&B)
             pass
     if ident is not None:
-        tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"], ident["retriever"]["name"]]
+        tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
+        tags += [ident["retriever"]["name"]] if "retriever" in ident else [stage]
         if "agent" in ident:
             a = ident["agent"]
             tags += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}", f"A{a['n_agents']}"]

@@ -157,6 +157,8 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) 
               note=(f"Graphs: {on}. " if honest else "Every query set on the full graph, whose disease annotations "
                     "partly come from the publications the case reports are taken from (nearly circular for them): "
                     "Table 1 scores them on the leave-publication-out graph. ")
+                   + "HPO similarity: each case's HPO terms against every disease's annotations in the same graph "
+                   "(Resnik, best match per case term; genes through their diseases), the case reports only. "
                    + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
                    f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
                    "version of this table is stark_table1.md.")
@@ -165,6 +167,12 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) 
                    if r.config["queries"]["name"] == q}
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics, average=True), list(per_set.values()))
+    per_set = {q: r for q in query_sets for r in select(runs, stage="hpo_baseline", split="test",
+                                                        dataset__name=graphs[q], queries__name=q)
+               if r.get("eval.limit") is None}
+    if per_set:
+        t.add(["HPO similarity (Phenomizer-style)"] + metric_cells(per_set, query_sets, metrics, average=True),
+              list(per_set.values()))
     for experiment in table_rows("table1"):
         per_set = {q: r for q in query_sets
                    for r in experiment_runs(runs, experiment, [q], dataset=graphs[q]).values()}

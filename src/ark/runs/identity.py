@@ -28,6 +28,7 @@ FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name cou
 # which groups and top-level settings decide each stage's result
 STAGE_SETTINGS = {
     "baseline": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "baseline.depth"),
+    "hpo_baseline": ("dataset", "queries", "split", "subset_seed", "eval.limit", "baseline.depth"),
     "evaluate": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "backbone", "prompt",
                  "agent", "ablation", "seed"),
     # teacher trajectories; split, agent.n_agents and backbone.temperature as set from collect (ark.stages.collect)
@@ -111,6 +112,8 @@ def readable_name(ident: dict) -> str:
     parts = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
     if ident["stage"] == "baseline":
         parts.append(ident["retriever"]["name"])
+    elif ident["stage"] == "hpo_baseline":
+        parts.append("hpo")
     else:
         a = ident["agent"]
         parts += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}A{a['n_agents']}"]

@@ -1,0 +1,76 @@
+"""Stage hpo_baseline: the standard non-agent method for phenotype-driven diagnosis on a phenopacket query split:
+rank diseases (or, for ``queries=phenopackets_gene``, genes through their diseases) by HPO semantic similarity to
+the case's terms (``ark.graph.phenotype_similarity``), on the graph the agents use, scored like every other run.
+
+``python -m ark.stages.hpo_baseline dataset=biokg_lpo queries=phenopackets`` writes a run directory as ``baseline``
+does (``ark.runs``). A case's terms are the present phenotypes of its phenopacket in ``queries.source`` (found by the
+case id, as the query text lists them); its diagnosis and genes are never read there, only the split's gold ids
+score the ranking.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from ark import build
+from ark.agent.records import QueryRecord
+from ark.data.phenopackets import phenotype_ids, read_phenopackets
+from ark.errors import UserError
+from ark.eval.metrics import as_candidates
+from ark.eval.score import score_records
+from ark.graph.phenotype_similarity import PhenotypeSimilarity
+from ark.runs.identity import config_groups
+from ark.runs.store import Run, data_inputs
+from ark.stages import clear_errors
+from ark.tracking import log_queries, log_summary, stage_run
+
+GROUPS = config_groups("hpo_baseline")  # config groups its results depend on
+
+
+def run(cfg: DictConfig) -> dict:
+    build.validate(cfg)
+    if not cfg.queries.get("source") or cfg.queries.get("target") not in ("disease", "gene"):
+        raise UserError(f"hpo_baseline ranks the cases of a phenopacket query set (queries=phenopackets or "
+                        f"phenopackets_gene), not queries={cfg.queries.name}")
+    graph = build.graph(cfg)
+    queries = build.queries(cfg, graph)
+    terms = {str(p.get("id", "")): phenotype_ids(p)[0] for p in read_phenopackets(cfg.queries.source)}
+    missing = [q["id"] for q in queries if q["id"] not in terms]
+    if missing:
+        raise UserError(f"{len(missing)} queries have no case in {cfg.queries.source} (e.g. {missing[0]}): make the "
+                        "query set again from this file (make_queries)")
+    ranker = PhenotypeSimilarity(graph)
+    run_ = Run(cfg, "hpo_baseline")
+    store = run_.open()
+    start = time.perf_counter()
+    for q in tqdm(queries, desc=f"hpo_baseline {cfg.queries.name}", mininterval=2, disable=not cfg.eval.progress):
+        if not store.done(q["id"]):
+            ranking, scores = ranker.rank(terms[q["id"]], cfg.queries.target, cfg.baseline.depth)
+            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
+    records = store.finalize([q["id"] for q in queries])
+    candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
+                                    candidates)
+    run_.finish(scores, metrics, {}, data_inputs(cfg)[:2] + [Path(cfg.queries.source)])
+    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
+    return {**metrics, "run_dir": str(run_.dir)}
+
+
+@hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
+@clear_errors
+def main(cfg: DictConfig) -> None:
+    with stage_run(cfg, "hpo_baseline") as log:
+        metrics = run(cfg)
+        log_summary(log, metrics)
+        log_queries(log, metrics["run_dir"])
+    shown = " ".join(f"{k}={metrics[k]:.4f}" for k in cfg.metrics)
+    print(f"hpo_baseline {cfg.dataset.name}/{cfg.queries.name} ({metrics['n_queries']} queries, {cfg.split}): "
+          f"{shown} -> {metrics['run_dir']}")
+
+
+if __name__ == "__main__":
+    main()
