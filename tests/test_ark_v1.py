@@ -104,3 +104,35 @@ def test_the_interface_is_chosen_by_config_and_refuses_ablations_and_sampling(ti
     with agents(cfg) as a:
         record = a.one({"id": "q", "query": "Which disease has Arachnodactyly?"})
     assert record.ranking[:1] == [0]
+
+
+def test_a_hosted_backbone_is_offered_the_ark_v1_tools_and_prompt(tiny_project):
+    """The STaRK pipeline's way of running it (args: agent=ark_v1): an LLM backbone over the ARK-V1 tools, against
+    a scripted fake endpoint (a test double)."""
+    from ark.llm.fake import ScriptedEndpoint
+    from ark.runs.execute import agents
+    from ark.stages import build_index
+
+    def script(request):
+        done = [m for m in request["messages"] if m["role"] == "tool"]
+        if not done:
+            return {"role": "assistant", "content": None, "tool_calls": [{"id": "c0", "type": "function", "function": {
+                "name": "find_entity", "arguments": json.dumps({"name": "Arachnodactyly"})}}]}
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add_to_answer", "arguments": json.dumps(
+                {"answer_nodes": [{"node_index": 3}]})}},
+            {"id": "c2", "type": "function", "function": {"name": "finish", "arguments": "{}"}}]}
+
+    endpoint = ScriptedEndpoint(script)
+    with endpoint.serve() as server:
+        cfg = compose_cfg(tiny_project + ["agent=ark_v1", "agent.n_agents=1", "backbone=gpt-4.1",
+                                          "backbone.model=openai/fake", f"backbone.api_base={server.url}",
+                                          "backbone.api_key_env=null", "llm.cache=null"])
+        build_index.run(cfg)
+        with agents(cfg) as a:
+            record = a.one({"id": "q", "query": "Which finding is long slender fingers?"})
+    first = endpoint.requests[0]
+    assert [t["function"]["name"] for t in first["tools"]] == [
+        "find_entity", "get_relations", "get_triples", "add_to_answer", "finish"]
+    assert "find_entity needs its exact name" in first["messages"][0]["content"]
+    assert record.ranking == [3]

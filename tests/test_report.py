@@ -20,6 +20,10 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
     (d / "metrics.json").write_text(json.dumps(metrics))
     (d / "stats.json").write_text(json.dumps({} if invalid is None else {"invalid_call_rate": invalid}))
     (d / "scores.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "hit@1": hit1}) + "\n" for i in range(n)))
+    if invalid is not None:  # an agent run: one agent per query making 50 calls, this share of them invalid
+        agent = {"agent": 0, "messages": [], "tool_calls": {"finish": 50}, "invalid_calls": round(50 * invalid)}
+        (d / "records.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "query": "q", "ranking": [],
+                                                             "agents": [agent]}) + "\n" for i in range(n)))
     return d
 
 
@@ -54,13 +58,16 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     write_run(runs, "g", row("table5/student"), 0.9)  # the retrained adapter's run...
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")  # ...is not the student's now in data/
     t = table5(load_runs([runs]), tmp_path / "distill")
-    assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d"]
-    assert t.rows[1][1] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
-    assert t.rows[2][1] == "SmolLM2-135M base, grammar-constrained" and t.rows[2][2] == 20
+    # one comparison per run length: the first 20 queries (every run, those of 50 on their first 20), then 50
+    assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "a", "b", "d"]
+    assert [row[1] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]
+    assert t.rows[1][2] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
+    assert t.rows[2][2] == "SmolLM2-135M base, grammar-constrained"
+    assert t.rows[3][3:] == [30.0, None, None, None, 2.0, 75]  # the student on its first 20: scores and records
     student = t.rows[-1]
-    assert "96 trajectories" in student[1] and "free decoding" in student[1]
+    assert "96 trajectories" in student[2] and "free decoding" in student[2]
     assert student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
-    assert "| synthetic | student: LoRA on SmolLM2, 96 trajectories, free decoding | 50 | 30.00 | 30.00 | 30.00 | " \
+    assert "| synthetic | 50 | student: LoRA on SmolLM2, 96 trajectories, free decoding | 30.00 | 30.00 | 30.00 | " \
            "30.00 | 2.00 | 75 |" in t.markdown()
 
 
@@ -131,7 +138,7 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     for name in [f"table{i}" for i in range(1, 11)] + ["stark_table1", "stark_table2", "stark_table5"]:
         assert (tables / f"{name}.md").read_text().startswith("**") and (tables / f"{name}.csv").exists(), name
     assert sorted(out["figures"]) == ["figure2_hit1.png", "figure2_latency.png", "figure2_recall20.png",
-                                      "figure3_neighborhood_by_query_type.png", "figure5_neighborhood_calls.png"]
+                                      "figure3_tool_use_by_query_type.png", "figure5_neighborhood_calls.png"]
     assert all((figures / f).read_bytes()[:4] == b"\x89PNG" for f in out["figures"])
     metrics = json.loads((tables / "numbers.json").read_text())
     ark = metrics["table1"]["ARK (rules_sampled)"]

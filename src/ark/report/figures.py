@@ -1,5 +1,5 @@
 """The paper's figures from runs, as PNG (matplotlib, headless): Figure 2 budget heatmaps, Figure 3 neighborhood use
-per query type, Figure 4 distillation budget, Figure 5 neighborhood calls per trajectory by success."""
+tool use against query type, Figure 4 distillation budget, Figure 5 neighborhood calls per trajectory by success."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ark.report.runs import RunData, experiment_runs  # noqa: E402
-from ark.report.tables import (ark_runs, ark_setting, distillation_rows, train_samples,  # noqa: E402
+from ark.report.tables import (ark_runs, ark_setting, baseline_runs, distillation_rows, train_samples,  # noqa: E402
                                trajectory_rows)
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
@@ -71,48 +71,64 @@ def figure2(runs, query_sets, ark, out: Path) -> list[Path]:
 
 
 def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
-    """Share of neighborhood calls per query type against the type's share of the queries (synthetic templates)."""
+    """The paper's Figure 3 on BioKG, per query set: ARK's tool calls split into global search and neighborhood
+    exploration (thick bars) beside its queries split into text-centric and relation-centric (thin bars). STaRK's
+    query types are human annotations; BioKG has none, so a query counts as text-centric when one global BM25 search
+    (Table 1's BM25 run on the same graph) has a gold node in its top 20, relation-centric otherwise. The split is
+    read from scores after the runs; no agent sees it."""
     per_set = experiment_runs(runs, ark_experiment, query_sets)
-    typed = {q: trajectory_rows(r) for q, r in per_set.items()}
-    typed = {q: rows for q, rows in typed.items() if len({x["template"] for x in rows}) > 1}
-    if not typed:
+    bars = {}
+    for q, run in per_set.items():
+        bm25 = [r for r in baseline_runs(runs, "bm25", run.config["dataset"]["name"])
+                if r.config["queries"]["name"] == q]
+        rows = trajectory_rows(run)
+        calls = sum(x["global_calls"] + x["neighborhood_calls"] for x in rows)
+        if not bm25 or not calls:
+            continue
+        scores = bm25[0].scores
+        text = float(np.mean([scores[i]["recall@20"] > 0 for i in run.scores]))
+        bars[q] = (100 * sum(x["global_calls"] for x in rows) / calls, 100 * text)
+    if not bars:
         return []
-    fig, axes = plt.subplots(1, len(typed), figsize=(6 * len(typed), 3.8), squeeze=False)
-    for ax, (q, rows) in zip(axes[0], typed.items()):
-        types = sorted({x["template"] for x in rows})
-        calls = sum(x["neighborhood_calls"] for x in rows) or 1
-        queries = {x["query"]: x["template"] for x in rows}
-        call_share = [100 * sum(x["neighborhood_calls"] for x in rows if x["template"] == t) / calls for t in types]
-        query_share = [100 * sum(1 for v in queries.values() if v == t) / len(queries) for t in types]
-        x = np.arange(len(types))
-        ax.bar(x - 0.2, call_share, 0.4, label="share of neighborhood calls")
-        ax.bar(x + 0.2, query_share, 0.4, label="share of queries")
-        ax.set_xticks(x, types, rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel("%")
-        ax.set_title(q)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Figure 3: neighborhood calls per query type, {ark_setting(ark_experiment)['backbone']} on BioKG")
-    return [_save(fig, out / "figure3_neighborhood_by_query_type.png")]
+    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(bars), 3.8))
+    x = np.arange(len(bars))
+    global_share, text_share = (np.array(v) for v in zip(*bars.values()))
+    ax.bar(x, global_share, 0.6, color="tab:blue", alpha=0.45, label="ARK calls: global search")
+    ax.bar(x, 100 - global_share, 0.6, bottom=global_share, color="tab:orange", alpha=0.45,
+           label="ARK calls: neighborhood")
+    ax.bar(x, text_share, 0.14, color="tab:blue", label="queries: text-centric (BM25 top 20 has a gold node)")
+    ax.bar(x, 100 - text_share, 0.14, bottom=text_share, color="tab:orange", label="queries: relation-centric")
+    for i, (g, t) in enumerate(zip(global_share, text_share)):
+        ax.text(i + 0.32, g / 2, f"{g:.1f}%", va="center", fontsize=8)
+        ax.text(i + 0.32, g + (100 - g) / 2, f"{100 - g:.1f}%", va="center", fontsize=8)
+    ax.set_xticks(x, list(bars))
+    ax.set_xlim(-0.5, len(bars) - 0.2)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    ax.set_title(f"Figure 3: tool use against query type, {ark_setting(ark_experiment)['backbone']} on BioKG",
+                 fontsize=10)
+    return [_save(fig, out / "figure3_tool_use_by_query_type.png")]
 
 
 def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path) -> list[Path]:
-    """Hit@1 against the number of teacher trajectories the student was trained on, on the first n queries that every
-    student run of the query set covers, with the teacher and the base model on the same queries."""
+    """Hit@1 against the number of teacher trajectories the student was trained on; per query set, Table 5's
+    comparison on the fewest first queries that every student run covers, the teacher and the base model drawn on the
+    same queries."""
     rows = distillation_rows(runs, distill_dir, t_max, baseline_limit)
     panels = {}
     for q in sorted({r["queries"] for r in rows}):
-        students = [r for r in rows if r["queries"] == q and r["order"] == 4
-                    and train_samples(r["run_data"].config, distill_dir) is not None]
-        if not students:
-            continue
-        n = min(r["n_queries"] for r in students)
-        points = sorted((train_samples(r["run_data"].config, distill_dir), _first_n_hit1(r["run_data"], n))
-                        for r in students)
-        teacher = [_first_n_hit1(r["run_data"], n) for r in rows if r["queries"] == q and r["order"] == 1
-                   and r["n_queries"] >= n]
-        base = [_first_n_hit1(r["run_data"], n) for r in rows if r["queries"] == q and r["order"] in (2, 3)
-                and r["n_queries"] >= n]
-        panels[q] = (n, points, teacher[:1], max(base) if base else None)
+        of_set = [r for r in rows if r["queries"] == q]
+        for n in sorted({r["n_queries"] for r in of_set}):  # the smallest comparison with every student in it
+            block = [r for r in of_set if r["n_queries"] == n]
+            students = [r for r in block if r["order"] == 4 and train_samples(r["run_data"].config, distill_dir)]
+            if students and len(students) == len({r["method"] for r in of_set if r["order"] == 4}):
+                points = sorted((train_samples(r["run_data"].config, distill_dir), 100 * r["hit@1"])
+                                for r in students)
+                teacher = [100 * r["hit@1"] for r in block if r["order"] == 1]
+                base = [100 * r["hit@1"] for r in block if r["order"] in (2, 3)]
+                panels[q] = (n, points, teacher[:1], max(base) if base else None)
+                break
     if not panels:
         return []
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
@@ -121,20 +137,17 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
         ax.plot(xs, ys, "o-", label="student (LoRA on SmolLM2)")
         for value in teacher:
             ax.axhline(value, color="tab:green", ls="--", label="teacher (rules)")
-        if base is not None:
-            ax.axhline(base, color="tab:red", ls=":", label="base SmolLM2")
+        if base is not None:  # the base model: the student of 0 trajectories
+            ax.axhline(base, color="tab:red", ls=":")
+            ax.plot([0], [base], "X", color="tab:red", ms=9, clip_on=False, label="base SmolLM2")
         ax.set_xlabel("teacher trajectories")
         ax.set_ylabel(f"Hit@1 (x100), first {n} test queries")
         ax.set_title(q)
         ax.set_ylim(0, 100)
-        ax.set_xlim(0, 1.2 * max(xs))
+        ax.set_xlim(-3, 1.2 * max(xs))
         ax.legend(fontsize=8, loc="lower right")
     fig.suptitle("Figure 4: distillation budget on BioKG")
     return [_save(fig, out / "figure4_distillation_budget.png")]
-
-
-def _first_n_hit1(run: RunData, n: int) -> float:
-    return 100 * float(np.mean([s["hit@1"] for s in list(run.scores.values())[:n]]))
 
 
 def figure5(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:

@@ -18,7 +18,7 @@ import numpy as np
 from ark.agent.aggregate import AGGREGATIONS, aggregate
 from ark.eval.metrics import score_query
 from ark.eval.score import score_records
-from ark.eval.trajectories import steps
+from ark.eval.trajectories import run_statistics, steps
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, select, table_rows
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -368,45 +368,68 @@ def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
     return label(config["backbone"], distill_dir) if label else None
 
 
+def metrics_on(run: RunData, ids: list[str]) -> dict:
+    """A run's metrics (and an agent run's invalid-call rate) on the queries ``ids``: its published ones when ``ids``
+    are all its queries, else from its per-query scores and records."""
+    scores = run.scores
+    if set(ids) == set(scores):
+        return {**{m: run.metrics.get(m) for m in METRICS}, "invalid_call_rate": run.stats.get("invalid_call_rate")}
+    out = {m: float(np.mean([scores[i][m] for i in ids])) if all(m in scores[i] for i in ids) else None
+           for m in METRICS}  # a run scored with fewer metrics (cfg.metrics) leaves the others empty
+    records = {r.id: r for r in run.records} if run.config["stage"] != "baseline" else None
+    out["invalid_call_rate"] = None if records is None else \
+        run_statistics([records[i] for i in ids]).get("invalid_call_rate")
+    return out
+
+
 def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:
-    """The runs of Table 5's rows (``conf/experiment/table5/``: one agent, ``t_max`` steps, the first test queries)
-    and BM25 on the first ``baseline_limit`` test queries; per query set, each model's Hit@1 as a share of the
-    teacher's where both ran on the same number of (first) queries."""
-    rows = []
+    """Table 5's comparisons: the runs of its rows (``conf/experiment/table5/``: one agent, ``t_max`` steps, the first
+    test queries) and BM25 on the first ``baseline_limit`` test queries. Per query set, one comparison per run length
+    n (20, 50): every run that covers the first n queries, each scored on exactly those n; each model's Hit@1 as a
+    share of the teacher's on them."""
+    found = []
     for run in runs:
         c = run.config
         if c["stage"] == "baseline" and c.get("eval.limit") == baseline_limit and c["split"] == "test":
-            rows.append({"order": 0, "method": f"BM25, one global search ({c['retriever']['name']})",
-                         "queries": c["queries"]["name"], "run_data": run, **run.metrics,
-                         "invalid_call_rate": None})
+            found.append((0, f"BM25, one global search ({c['retriever']['name']})", run))
     query_sets = sorted({r.config["queries"]["name"] for r in runs})
     for experiment in table_rows("table5"):
         for run in experiment_runs(runs, experiment, query_sets).values():
             labelled = method(run.config, distill_dir)
             if labelled:
-                rows.append({"order": labelled[0], "method": labelled[1], "queries": run.config["queries"]["name"],
-                             "run_data": run, **run.metrics,
-                             "invalid_call_rate": run.stats.get("invalid_call_rate")})
-    rows.sort(key=lambda r: (r["queries"], r["order"], r["method"], r["n_queries"]))
-    teacher = {(r["queries"], r["n_queries"]): r["hit@1"] for r in rows if r["order"] == 1}  # on the same queries
-    for r in rows:
-        if r["order"] >= 2 and teacher.get((r["queries"], r["n_queries"])):
-            r["teacher_hit1_share"] = round(r["hit@1"] / teacher[(r["queries"], r["n_queries"])], 3)
+                found.append((*labelled, run))
+    rows = []
+    for q in sorted({run.config["queries"]["name"] for _, _, run in found}):
+        of_set = [(order, label, run, list(run.scores)) for order, label, run in found
+                  if run.config["queries"]["name"] == q]
+        for n in sorted({len(ids) for *_, ids in of_set}):
+            first = next(ids for *_, ids in of_set if len(ids) == n)  # the first n queries of the split
+            block = {}
+            for order, label, run, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[3]))):
+                if label not in block and len(ids) >= n and set(first) <= set(ids):
+                    block[label] = {"order": order, "method": label, "queries": q, "n_queries": n, "run_data": run,
+                                    **metrics_on(run, first)}
+            teacher = next((r["hit@1"] for r in block.values() if r["order"] == 1), None)
+            for r in block.values():
+                if r["order"] >= 2 and teacher:
+                    r["teacher_hit1_share"] = round(r["hit@1"] / teacher, 3)
+            rows += sorted(block.values(), key=lambda r: (r["order"], r["method"]))
     return rows
 
 
 def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> Table:
     t = Table("table5", f"Table 5: backbones and the distilled student on BioKG, first test queries, 1 agent, "
                         f"T_max {t_max} (x100)",
-              ["query set", "method", "n", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
+              ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
-                   "SmolLM2-135M trained on its trajectories (distill stage). Each share compares runs on the same "
-                   "first n queries.")
+                   "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
+                   "every run that covers the first n test queries, scored on exactly those n (a run of 50 queries "
+                   "appears in the n = 20 block with its first 20).")
     for r in distillation_rows(runs, distill_dir, t_max, baseline_limit):
         share = r.get("teacher_hit1_share")
-        t.add([r["queries"], r["method"], r["n_queries"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
+        t.add([r["queries"], r["n_queries"], r["method"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
                None if share is None else round(100 * share)], [r["run_data"]],
-              label=f"{r['queries']} / {r['method']} / n={r['n_queries']}")
+              label=f"{r['queries']} / n={r['n_queries']} / {r['method']}")
     return t
 
 
