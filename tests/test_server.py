@@ -126,3 +126,70 @@ def test_stopping_during_a_generation_waits_for_it_quietly(caplog, capfd):
     assert not [t for t in threading.enumerate() if t.name.startswith("chat-generate")]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     assert "Traceback" not in capfd.readouterr().err
+
+
+# ------------------------------------------------------------------ a client that misbehaves
+def raw(server: ChatServer):
+    import socket
+
+    host, port = server.socket.getsockname()[:2]
+    return socket.create_connection((host, port), timeout=5)
+
+
+def head(length: int | None, extra: str = "") -> bytes:
+    size = "" if length is None else f"Content-Length: {length}\r\n"
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{size}{extra}"
+            "\r\n").encode()
+
+
+def status_of(sock) -> int | None:
+    """The status code of the reply on ``sock``; None when the server closed it without one."""
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return None
+        data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read():
+    model = SlowModel()
+    with ChatServer(model.generate, workers=1, max_body_bytes=1000) as server:
+        declared = raw(server)
+        declared.sendall(head(400 * 2**20))  # announces 400 MB, sends none of it
+        assert status_of(declared) == 413
+        chunked = raw(server)  # no length announced: counted as it arrives
+        chunked.sendall(head(None, "Transfer-Encoding: chunked\r\n") + b"800\r\n" + b"x" * 2048 + b"\r\n")
+        assert status_of(chunked) == 413
+        assert post(server, 5)[0] == 200 and model.calls == 1
+
+
+def test_half_sent_bodies_do_not_crowd_out_other_clients_and_time_out():
+    model = SlowModel()
+    with ChatServer(model.generate, workers=1, max_queue=16, body_timeout=1.0) as server:
+        stalled = [raw(server) for _ in range(17)]
+        for s in stalled:
+            s.sendall(head(1000) + b'{"model": ')  # a body that never completes
+        time.sleep(0.2)
+        assert all(post(server, 5, seed=i)[0] == 200 for i in range(3))  # not 503: the half-sent are not queued
+        assert [status_of(s) for s in stalled] == [408] * 17  # each ends at body_timeout
+    assert model.calls == 3
+
+
+def test_a_connection_without_headers_is_closed_and_connections_are_bounded():
+    model = SlowModel()
+    with ChatServer(model.generate, workers=1, header_timeout=0.5, max_connections=3) as server:
+        silent = raw(server)
+        silent.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost:")  # headers that never end
+        start = time.monotonic()
+        assert status_of(silent) is None and time.monotonic() - start < 3  # closed at header_timeout
+        held = [raw(server) for _ in range(3)]
+        for s in held:
+            s.sendall(head(100) + b"{")  # three connections in use
+        time.sleep(0.2)
+        assert post(server, 5)[0] == 503  # a fourth is turned away, not queued without bound
+        for s in held:
+            s.close()
+        time.sleep(0.2)
+        assert post(server, 5)[0] == 200

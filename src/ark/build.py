@@ -157,7 +157,7 @@ def serving(cfg: DictConfig):
 
     return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"),
                    retry=RetryPolicy(**OmegaConf.to_container(cfg.llm.retry)), models_dir=cfg.paths.models,
-                   threads=cfg.cpu_threads,
+                   threads=cfg.cpu_threads, server=OmegaConf.to_container(cfg.llm.get("server") or {}),
                    agents_in_flight=OmegaConf.select(cfg, "eval.concurrency", default=8) * cfg.agent.n_agents)
 
 

@@ -7,6 +7,10 @@ not keys (``1``, ``true``).
 Some providers and proxies echo the key back (in an error body, or a model repeating its prompt): every string
 of a reply is scrubbed before it is cached, returned to the agent or logged. With no key in it, a reply is
 returned as the very same object.
+
+A URL can carry a credential of its own (``https://user:secret@host/v1``, ``...?api_key=...``): ``scrub_urls``
+replaces its user info and secret-looking query values wherever config is written (run identities, W&B's config,
+Hydra's ``.hydra/*.yaml`` through ``ScrubHydraFiles``).
 """
 from __future__ import annotations
 
@@ -16,6 +20,56 @@ import re
 MARKER = "[redacted]"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.IGNORECASE)
 MIN_CHARS = 8
+URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]{0,30}://)(?P<userinfo>[^\s/@'\"]{1,512})@", re.IGNORECASE)
+URL_SECRET_PARAM = re.compile(r"(?P<name>[?&](?:api[_-]?key|key|token|access_token|secret|password|sig|signature)=)"
+                              r"(?P<value>[^&#\s'\"]{1,2048})", re.IGNORECASE)
+
+
+def scrub_urls(text: str) -> str:
+    """``text`` with every URL's user info and secret-looking query values replaced by ``MARKER`` (bounded
+    patterns: linear in the text)."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = URL_USERINFO.sub(lambda m: f"{m['scheme']}{MARKER}@", text)
+    return URL_SECRET_PARAM.sub(lambda m: f"{m['name']}{MARKER}", text)
+
+
+def scrub_url_values(value):
+    """Every string inside ``value`` (dicts and lists included) through ``scrub_urls``."""
+    if isinstance(value, str):
+        return scrub_urls(value)
+    if isinstance(value, dict):
+        return {scrub_url_values(k): scrub_url_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(scrub_url_values(v) for v in value)
+    return value
+
+
+class ScrubHydraFiles:
+    """A Hydra callback (``hydra.callbacks`` in conf/config.yaml): after Hydra has written a job's
+    ``.hydra/{config,hydra,overrides}.yaml`` (and a sweep's ``multirun.yaml``), rewrite them through ``scrub_urls``
+    before the job runs."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        from pathlib import Path
+
+        hydra = config.hydra
+        files = []
+        if hydra.output_subdir is not None:
+            files += sorted((Path(hydra.runtime.output_dir) / hydra.output_subdir).glob("*.yaml"))
+        if hydra.mode is not None and str(hydra.mode) == "RunMode.MULTIRUN":
+            files.append(Path(hydra.sweep.dir) / "multirun.yaml")
+        for path in files:
+            if path.is_file():
+                text = path.read_text(encoding="utf-8")
+                clean = scrub_urls(text)
+                if clean != text:
+                    path.write_text(clean, encoding="utf-8")
+
+    def _nothing(self, *args, **kwargs) -> None:
+        pass
+
+    on_run_start = on_run_end = on_multirun_start = on_multirun_end = on_job_end = on_compose_config = _nothing
 
 
 def known_keys(api_key_env: str | None = None, environ=None) -> list[str]:

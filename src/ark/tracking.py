@@ -14,8 +14,9 @@ What a stage's W&B run carries:
   stages of one ``dvc repro`` share it > ``sweep-<job>-<sweep dir name>`` for every job of one Hydra
   ``--multirun`` (also a tag, so a sweep stays findable inside a repro's group) > none.
 - config: the resolved config minus ``hydra``. Keys come from the environment only, never from the config; as a
-  guard, config values under a secret-looking key (``api_key``, ``token``, ``secret``, ``password``) and any
-  value containing a secret-looking environment variable's value are replaced by the marker of ``ark.secrets``.
+  guard, config values under a secret-looking key (``api_key``, ``token``, ``secret``, ``password``), any
+  value containing a secret-looking environment variable's value, and a URL's credentials are replaced by the marker
+  of ``ark.secrets``.
 - summary: the scalars a stage returns (``log_summary``); evaluate and baseline add the per-query results as a
   table (``log_queries``); the report stage logs its tables and figures with ``log_files``.
 """
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ark.secrets import MARKER, known_keys, scrub
+from ark.secrets import MARKER, known_keys, scrub, scrub_urls
 
 NAME_PARTS = {  # stages without a run identity: the config groups whose names follow the stage in its name
     "download": ("dataset",),
@@ -105,7 +106,7 @@ def scrub_config(value, keys: list[str] | None = None):
                 for k, v in value.items()}
     if isinstance(value, list):
         return [scrub_config(v, keys) for v in value]
-    return scrub(value, keys)
+    return scrub(scrub_urls(value) if isinstance(value, str) else value, keys)
 
 
 def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:

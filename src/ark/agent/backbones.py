@@ -28,6 +28,7 @@ class Serving:
     models_dir: str | None = None
     threads: int | None = None
     agents_in_flight: int = 8
+    server: dict = field(default_factory=dict)  # the embedded server's limits (llm.server: ark.llm.server.ChatServer)
 
 
 @dataclass(frozen=True)
@@ -122,5 +123,5 @@ class LocalBackbone(HostedBackbone):
         # never turns one away (a request whose client timed out leaves the queue uncomputed, or its reply answers
         # the retry)
         with ChatServer(model.generate, model_name=self.model.split("/", 1)[-1], workers=1,
-                        max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True) as server:
+                        max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True, **serving.server) as server:
             yield LLMPolicy(self.client(serving, server.url, model), tools, seed)

@@ -12,6 +12,12 @@ order; at most ``max_queue`` requests are admitted (waiting or running), beyond 
 away (a timeout) while it waits is dropped without being computed; one already being computed runs to its end.
 With ``keep_abandoned`` (a model whose reply is a function of the request, as the embedded one) that reply then
 answers the client's retry, the same body, instead of a second generation: timeouts and retries add no generation.
+
+Against a client that misbehaves: a body over ``max_body_bytes`` is refused (413) as soon as its length is known,
+before it is held in memory; a connection that has not sent its request headers within ``header_timeout`` seconds is
+closed, and one that has not sent its whole body within ``body_timeout`` gets 408; at most ``max_connections``
+connections are served at once (beyond, 503). A request counts toward ``max_queue`` only once its body is complete,
+so half-sent bodies cannot crowd out the clients that finish theirs.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import uvicorn
 from starlette.applications import Starlette
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -58,6 +65,51 @@ def _error(status: int, message: str, headers: dict | None = None) -> JSONRespon
     return JSONResponse({"error": {"message": message, "type": "server_error", "code": status}}, status, headers)
 
 
+class BodyTooLarge(Exception):
+    pass
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as its declared or received length passes ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _header_deadline_protocol(timeout: float):
+    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within ``timeout``."""
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._header_timer = self.loop.call_later(timeout, self._no_headers)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and self._header_timer is not None:  # a request's headers have arrived
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def connection_lost(self, exc) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+            super().connection_lost(exc)
+
+        def _no_headers(self) -> None:
+            self._header_timer = None
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
+
+    return Protocol
+
+
 async def _disconnect(receive) -> None:
     """Returns when the client has closed the connection (the request body has been read already)."""
     while (await receive())["type"] != "http.disconnect":
@@ -73,8 +125,12 @@ class ChatServer:
     retry answered by such a generation), ``rejected`` (503, queue full)."""
 
     def __init__(self, generate, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
-                 workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False):
+                 workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False,
+                 max_body_bytes: int = 8 * 2**20, header_timeout: float = 10.0, body_timeout: float = 30.0,
+                 max_connections: int = 512):
         self.generate, self.model_name = generate, model_name
+        self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
+        self.created = int(time.time())  # what /v1/models reports: a restarted server is another endpoint
         self.max_queue, self.retry_after, self.keep_abandoned = max_queue, retry_after, keep_abandoned
         self.requests = self.generated = self.dropped = self.abandoned = self.reused = self.rejected = 0
         self._admitted, self._slots = 0, asyncio.Semaphore(workers)
@@ -84,8 +140,9 @@ class ChatServer:
         self.socket = socket.create_server((host, port), backlog=256)
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by each connection
         app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["GET", "POST"])])
-        config = uvicorn.Config(app, http="h11", lifespan="off", log_config=None, log_level="warning",
-                                access_log=False, backlog=256)
+        config = uvicorn.Config(app, http=_header_deadline_protocol(header_timeout), lifespan="off", log_config=None,
+                                log_level="warning", access_log=False, backlog=256, limit_concurrency=max_connections,
+                                h11_max_incomplete_event_size=64 * 1024)
         self.uvicorn = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
@@ -118,18 +175,28 @@ class ChatServer:
         path = request.url.path.rstrip("/")
         if request.method == "GET":
             if path.endswith("/models"):
-                return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+                return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
+                                                                 "created": self.created}]})
             return _error(404, "not found")
         if not path.endswith("/chat/completions"):
             return _error(404, f"unknown path {request.url.path}")
         self.requests += 1
+        try:
+            raw = await asyncio.wait_for(read_body(request, self.max_body_bytes), self.body_timeout)
+        except BodyTooLarge:
+            return _error(413, f"the request body is over {self.max_body_bytes:,} bytes")
+        except asyncio.TimeoutError:
+            return _error(408, f"the request body did not arrive within {self.body_timeout:g} s")
+        except ClientDisconnect:
+            self.dropped += 1
+            return Response(status_code=499)
         if self._admitted >= self.max_queue:
             self.rejected += 1
             return _error(503, f"{self._admitted} requests queued; retry later", {"Retry-After": str(self.retry_after)})
         self._admitted += 1
         try:
             try:
-                body = json.loads(await request.body() or b"{}")
+                body = json.loads(raw or b"{}")
             except ValueError as e:
                 return _error(400, f"the body is not JSON: {e}")
             return JSONResponse(await self._reply(request, body))
