@@ -40,8 +40,8 @@ def test_find_entity_is_exact_up_to_case_and_spacing(tb):
 
 def test_get_relations_counts_by_relation_direction_and_type_without_self_loops(tb):
     text = tb.call("get_relations", {"node_index": 0}, AnswerState()).text.splitlines()
-    assert text[1:] == ['-["phenotype present"]-> "effect/phenotype": 3',
-                        '<-["associated with"]- "gene/protein": 1']  # the self loop 0 -[is_a]-> 0 is not shown
+    assert text[1:] == ['-[phenotype present]-> effect/phenotype: 3',
+                        '<-[associated with]- gene/protein: 1']  # the self loop 0 -[is_a]-> 0 is not shown
 
 
 def test_get_triples_pages_in_a_fixed_order(tb):

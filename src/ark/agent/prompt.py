@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ark.errors import UserError
 from ark.llm.protocol import append_block, render_tools
-from ark.tools.toolbox import Toolbox
+from ark.tools.toolbox import Toolbox, label
 
 PROMPTS = ("ark", "minimal")
 
@@ -25,8 +25,8 @@ def system_prompt(toolbox: Toolbox, T_max: int, text_protocol: bool = False, pro
     g = toolbox.graph
     lines = [
         "You are a retrieval agent. You explore a knowledge graph to find the nodes that answer a question.",
-        f"Node types: {', '.join(g.node_type_names)}.",
-        f"Relation types: {', '.join(g.relation_names)}.",
+        f"Node types: {', '.join(map(label, g.node_type_names))}.",
+        f"Relation types: {', '.join(map(label, g.relation_names))}.",
         "",
         "How to work:",
         *(_ark_v1(toolbox) if toolbox.toolset == "ark_v1" else

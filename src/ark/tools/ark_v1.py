@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from ark.graph.graph import OUT
-from ark.tools.toolbox import Observation, ToolError, Toolbox, _as_int, _as_text, _function, quoted
+from ark.tools.toolbox import Observation, ToolError, Toolbox, _as_int, _as_text, _function, label, quoted
 
 
 def name_key(text: str) -> str:
@@ -84,8 +84,8 @@ class ArkV1Toolbox(Toolbox):
             return Observation(text=f"{self._label(v)} has no relations.")
         lines = [f"Relations of {self._label(v)}:"]
         for (r, d, t), n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-            arrow = f"-[{quoted(g.relation_names[r])}]->" if d == OUT else f"<-[{quoted(g.relation_names[r])}]-"
-            lines.append(f"{arrow} {quoted(g.node_type_names[t])}: {n}")
+            arrow = f"-[{label(g.relation_names[r])}]->" if d == OUT else f"<-[{label(g.relation_names[r])}]-"
+            lines.append(f"{arrow} {label(g.node_type_names[t])}: {n}")
         return Observation(text="\n".join(lines))
 
     def get_triples(self, node_index, relation, offset=None, state=None) -> Observation:
@@ -98,7 +98,7 @@ class ArkV1Toolbox(Toolbox):
         sl = g.neighbors(v)
         nbr, rel, out = np.asarray(g.nbr[sl]), np.asarray(g.rel[sl]), np.asarray(g.out[sl])
         rows = np.flatnonzero((rel == r) & (nbr != v))
-        name = quoted(g.relation_names[r])
+        name = label(g.relation_names[r])
         if len(rows) == 0:
             return Observation(text=f"{self._label(v)} has no {name} relation.")
         page = rows[offset: offset + k]
@@ -107,6 +107,6 @@ class ArkV1Toolbox(Toolbox):
         for i in page:
             arrow = f"-[{name}]->" if out[i] == OUT else f"<-[{name}]-"
             u = int(nbr[i])
-            lines.append(f"{arrow} [{u}] {g.type_name(u)} | {self._name(u)}")
+            lines.append(f"{arrow} [{u}] {label(g.type_name(u))} | {self._name(u)}")
         return Observation(text="\n".join(lines), nodes=[int(nbr[i]) for i in page])
 

@@ -4,7 +4,9 @@ Ablations are tool-set configurations: ``neighbors=False`` removes ``search_in_n
 ``query_param=False`` removes its ``query`` parameter, ``type_filters=False`` removes
 ``node_type``/``edge_type``. Every invalid call returns an error observation; nothing raises.
 Text from the graph is untrusted: a node's name and snippet appear in observations as JSON strings
-(``quoted``), and the system prompt tells the model that they are data, not instructions.
+(``quoted``), and the system prompt tells the model that they are data, not instructions. Node-type and relation
+names (``label``) are shown bare when they are plain words, as in BioKG and STaRK, and otherwise quoted the same
+way: a newline or bracket in one cannot start a line that passes for a node.
 """
 from __future__ import annotations
 
@@ -188,7 +190,8 @@ class Toolbox:
         ids = nbr if first.all() else nbr[first]
         total = len(ids)
         header = f"Neighbors of {self._label(center)}"
-        filters = [f"{n}={v}" for n, v in (("node_type", node_type), ("edge_type", edge_type)) if v]
+        filters = [f"{n}={v if all(PLAIN.fullmatch(x) for x in ([v] if isinstance(v, str) else v)) else quoted(str(v))}"
+                   for n, v in (("node_type", node_type), ("edge_type", edge_type)) if v]
         if filters:
             header += f" ({', '.join(filters)})"
         if total == 0:
@@ -205,7 +208,7 @@ class Toolbox:
             v = ids[i]  # of nbr's dtype: searchsorted would copy nbr to match another
             lo, hi = np.searchsorted(nbr, v, "left"), np.searchsorted(nbr, v, "right")
             links = ", ".join(
-                f"-[{g.relation_names[r]}]->" if d == OUT else f"<-[{g.relation_names[r]}]-"
+                f"-[{label(g.relation_names[r])}]->" if d == OUT else f"<-[{label(g.relation_names[r])}]-"
                 for r, d in zip(rel[lo:hi], out[lo:hi])
             )
             lines.append(self._line(int(v), None if scores is None else float(scores[i]), links))
@@ -264,10 +267,10 @@ class Toolbox:
             raise ToolError(str(e)) from None
 
     def _label(self, v: int) -> str:
-        return f"[{v}] {self.graph.type_name(v)} {self._name(v)}"
+        return f"[{v}] {label(self.graph.type_name(v))} {self._name(v)}"
 
     def _line(self, v: int, score: float | None, links: str = "") -> str:
-        parts = [f"[{v}] {self.graph.type_name(v)} | {self._name(v)}"]
+        parts = [f"[{v}] {label(self.graph.type_name(v))} | {self._name(v)}"]
         if score is not None:
             parts.append(f"score {score:.2f}")
         if links:
@@ -304,6 +307,15 @@ def best_positions(scores: np.ndarray, k: int) -> np.ndarray:
         keep = np.concatenate([np.flatnonzero(s > kth), np.flatnonzero(s == kth)])[:k]
         candidates, s = candidates[keep], s[keep]
     return candidates[np.argsort(-s, kind="stable")]
+
+
+PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _/().,:+-]{0,99}")
+
+
+def label(name: str) -> str:
+    """A node-type or relation name in an observation or the prompt: bare when it is plain words (letters, digits,
+    spaces, ``_/().,:+-``), else ``quoted`` like a node's name."""
+    return name if PLAIN.fullmatch(name) else quoted(name)
 
 
 def quoted(text: str) -> str:
