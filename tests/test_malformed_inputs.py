@@ -148,6 +148,37 @@ def teacher(p):
     return [f"distill.teacher={next((p / RUN).glob('*/config.yaml')).parent}"]
 
 
+def empty_graph(p):
+    from ark.graph import Graph
+
+    shutil.rmtree(p / "data/graph/biokg")
+    Graph.from_tables(["disease"], ["r"], [], [], [], [], [], [], [], doc=[]).save(p / "data/graph/biokg")
+
+
+def record_field(name, value):
+    """The first record of the finished run with ``name`` set to ``value``."""
+    def change(lines):
+        first = json.loads(lines[0])
+        first[name] = value
+        return [json.dumps(first).encode() + b"\n", *lines[1:]]
+    return records(change)
+
+
+def mkfifo(name):
+    def damage(p):
+        (p / name).unlink()
+        os.mkfifo(p / name)
+    return damage
+
+
+def mkdir(name):
+    return lambda p: (p / name).mkdir(parents=True, exist_ok=True)
+
+
+def symlink_loop(p):
+    (p / "loop").symlink_to(p / "loop")
+
+
 PHENO = ["queries=phenopackets", "queries.source=${paths.root}/cases.jsonl"]
 STARK = ["dataset=stark_prime", "queries=stark", "queries.qa_dir=${paths.root}/qa"]
 Q = "test.jsonl row 2"
@@ -252,6 +283,45 @@ CASES = [
     ("config-damaged", "evaluate", [], run_file("config.yaml", "{: [\n"), "config.yaml is damaged", False),
     ("config-other", "evaluate", [], other_config, "holds another configuration", False),
     ("teacher-cut", "distill", teacher, records(lambda ls: [*ls[:2], ls[2][:20]]), "line 3 is incomplete", False),
+    ("records-foreign-id", "evaluate", [], record_field("id", "not-in-the-split"), "which is not among this run's",
+     False),
+    ("records-other-text", "evaluate", [], record_field("query", "a question since rewritten"),
+     "was made for another question text", False),
+    # limits and missing settings
+    ("T_max-removed", "evaluate", ["~agent.T_max"], None, "agent.T_max: missing from the config", False),
+    ("n_agents-huge", "evaluate", ["agent.n_agents=1000000"], None, "is over limits.n_agents=64", False),
+    ("n_agents-float", "evaluate", ["agent.n_agents=1e6"], None, "agent.n_agents must be an integer", False),
+    ("T_max-huge", "evaluate", ["agent.T_max=100000"], None, "is over limits.T_max", False),
+    ("question-huge", "evaluate", [], rows({"id": "q1", "query": "x " * 5_000_000, "answer_ids": [1]}),
+     "over limits.query_chars", False),
+    ("question-huge-baseline", "baseline", [], rows({"id": "q1", "query": "slender " * 10_000, "answer_ids": [1]}),
+     "over limits.query_chars", False),
+    # the command line (checked before Hydra composes it)
+    ("group-unknown", "evaluate", ["agent=nonexistent"], None, "agent=nonexistent: no such option", True),
+    ("override-syntax", "evaluate", ["agent.T_max=3=4"], None, "bad override", True),
+    ("sweep-without-multirun", "evaluate", ["agent.T_max=1,2"], None, "add --multirun", True),
+    ("experiment-unknown", "evaluate", ["+experiment=table1/nope"], None, "no such option", True),
+    # files that are not what they should be
+    ("queries-directory", "evaluate", [], lambda p: (remove("data/queries/biokg/synthetic/test.jsonl")(p),
+                                                     mkdir("data/queries/biokg/synthetic/test.jsonl")(p)),
+     "is not a regular file", False),
+    ("queries-fifo", "evaluate", [], mkfifo("data/queries/biokg/synthetic/test.jsonl"), "is not a regular file",
+     False),
+    ("collect-queries-fifo", "collect", ["collect.split=test"], mkfifo("data/queries/biokg/synthetic/test.jsonl"),
+     "is not a regular file", False),
+    ("run-root-file", "evaluate", ["run.root=${paths.root}/cases.jsonl"], None, "cannot make the run directory",
+     False),
+    ("run-root-loop", "evaluate", ["run.root=${paths.root}/loop/runs"], symlink_loop, "cannot make the run directory",
+     False),
+    ("cache-garbage", "evaluate", ["backbone=gpt-4.1", "llm.cache=${paths.root}/cache.sqlite"],
+     write("cache.sqlite", b"not a database, just bytes" * 100), "not an LLM response cache", False),
+    ("cache-directory", "evaluate", ["backbone=gpt-4.1", "llm.cache=${paths.root}/cachedir"], mkdir("cachedir"),
+     "not a file", False),
+    ("index-empty-graph", "build_index", [], empty_graph, "has no nodes", False),
+    ("pheno-empty", "make_queries", PHENO, write("cases.jsonl", ""), "holds no phenopacket", False),
+    ("pheno-blank-lines", "make_queries", PHENO, write("cases.jsonl", "\n  \n\n"), "holds no phenopacket", False),
+    ("pheno-none-usable", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "diseases": []}) + "\n"),
+     "none of the 1 phenopackets makes a query", False),
 ]
 
 
@@ -285,3 +355,19 @@ def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_
     assert code == 2 and len(lines) == 1, text[-3000:]
     assert lines[0].startswith("error: ") and message in lines[0], lines[0]
     assert snapshot(p) == before
+
+
+def test_a_record_appended_twice_is_kept_once_with_a_warning(template, tmp_path, capsys):
+    """Valid but odd: a query's record appears twice in records.jsonl (a line copied by hand). The run resumes,
+    keeps the last, says so in one warning, and its metrics are those of the template."""
+    from ark.stages import evaluate
+
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    records(lambda ls: [*ls, ls[0]])(p)
+    result = evaluate.run(compose_cfg(paths(p) + BASE))
+    err = capsys.readouterr().err
+    assert "warning:" in err and "appear twice; the last of each is kept" in err
+    assert result["n_queries"] == 3
+    metrics = json.loads(next((template / RUN).glob("*/metrics.json")).read_text())
+    assert {k: result[k] for k in metrics} == metrics

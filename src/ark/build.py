@@ -24,11 +24,22 @@ if TYPE_CHECKING:
 
 
 
+_ABSENT = object()
+REQUIRED = ("agent.T_max", "agent.n_agents", "agent.aggregation", "agent.global_k", "agent.global_k_max",
+            "agent.neighbor_k", "eval.concurrency", "eval.workers", "eval.limit", "eval.progress",
+            "eval.allow_incomplete", "collect.trajectories", "collect.budget", "baseline.depth", "seed", "subset_seed",
+            "split", "metrics", "limits.T_max", "limits.n_agents", "limits.query_chars")
+
+
 def validate(cfg: DictConfig) -> None:
     """Config values checked before any work (one clear error, nothing written)."""
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
 
+    missing = [k for k in REQUIRED if OmegaConf.select(cfg, k, default=_ABSENT) is _ABSENT]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: missing from the config (removed by an override?); every run needs "
+                        "a value")
     a = cfg.agent
     for name, value in (("collect.trajectories", cfg.collect.trajectories), ("agent.T_max", a.T_max),
                         ("agent.n_agents", a.n_agents), ("agent.global_k", a.global_k),
@@ -37,6 +48,10 @@ def validate(cfg: DictConfig) -> None:
                         ("baseline.depth", cfg.baseline.depth)):
         if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
+    for name, limit in (("agent.T_max", "limits.T_max"), ("agent.n_agents", "limits.n_agents")):
+        if OmegaConf.select(cfg, name) > OmegaConf.select(cfg, limit):
+            raise UserError(f"{name}={OmegaConf.select(cfg, name)} is over {limit}={OmegaConf.select(cfg, limit)}; "
+                            f"raise {limit} if you mean it")
     for name, value in (("seed", cfg.seed), ("subset_seed", cfg.subset_seed)):
         if not _is_int(value) or value < 0:
             raise UserError(f"{name} must be an integer >= 0, got {value!r}")
@@ -60,6 +75,10 @@ def validate(cfg: DictConfig) -> None:
     adapter = OmegaConf.select(cfg, "backbone.local.adapter")
     if adapter and not Path(adapter).is_dir():
         raise UserError(f"backbone.local.adapter: no adapter directory at {adapter}")
+    if cfg.backbone.get("kind") != "rules" and cfg.llm.get("cache"):
+        from ark.llm.cache import check_cache_file
+
+        check_cache_file(cfg.llm.cache)
 
 
 def _is_int(value) -> bool:
@@ -136,6 +155,9 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
             raise UserError(f"{where}: needs a string 'id' and a non-empty string 'query'")
         if q["id"] in seen:
             raise UserError(f"{where}: duplicate query id {q['id']!r}")
+        if len(q["query"]) > cfg.limits.query_chars:
+            raise UserError(f"{where}: the question has {len(q['query']):,} characters, over limits.query_chars="
+                            f"{cfg.limits.query_chars:,}")
         seen.add(q["id"])
         if not labels:
             continue

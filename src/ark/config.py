@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ark.errors import UserError
+
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
@@ -19,13 +21,40 @@ def compose(overrides=(), hydra_config: bool = False):
         return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
+def check_overrides(args) -> None:
+    """Command-line overrides checked before Hydra composes them: a syntax error, or a config group option that
+    has no file, is one ``UserError`` line (Hydra's own message spans several lines and exits 1)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    args = [a for a in args if not a.startswith("-")]  # --multirun, -m, --cfg job, ...
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except HydraException as e:
+        first = next((line for line in str(e).splitlines() if line.strip()), "")
+        raise UserError(f"bad override ({first.strip()}); the grammar: "
+                        "https://hydra.cc/docs/advanced/override_grammar/basic/") from None
+    for o in overrides:
+        group = o.key_or_group
+        if o.is_sweep_override() and not multirun:
+            raise UserError(f"{o.input_line} sweeps over several values: add --multirun (-m) to run each")
+        if o.is_delete() or group.startswith("hydra") or not (CONF / group).is_dir():
+            continue
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        for value in values:
+            if value != "null" and not (CONF / group / f"{value}.yaml").is_file():
+                options = sorted(str(p.relative_to(CONF / group).with_suffix("")) for p in (CONF / group).rglob("*.yaml"))
+                raise UserError(f"{group}={value}: no such option (conf/{group}/{value}.yaml); options: "
+                                f"{', '.join(options)}")
+
+
 def make(node, group: str):
     """The object a config node's ``_target_`` names, built from its other keys; a key the class does not take (or
     a missing one) is one clear error."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from ark.errors import UserError
 
     if "_target_" not in node:
         raise UserError(f"{group} {node.get('name')!r} names no class (_target_); see conf/{group}/")

@@ -62,6 +62,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} does not exist")
+    if not path.is_file():  # a directory; a FIFO or a device would block or never end
+        raise UserError(f"{path} is not a regular file")
     rows = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):

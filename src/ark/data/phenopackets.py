@@ -74,7 +74,7 @@ def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
     with path.open("rb") as f:
         is_gzip = f.read(2) == _GZIP_MAGIC
     opener = gzip.open if is_gzip else open
-    line_no = 0
+    line_no = packets = 0
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
@@ -88,11 +88,14 @@ def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
                     ) from None
                 if not isinstance(packet, dict):
                     raise UserError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
+                packets += 1
                 yield packet
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise UserError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{name}, after line {line_no}: not UTF-8 text ({e.reason}); damaged file?") from None
+    if packets == 0:
+        raise UserError(f"{name} holds no phenopacket (an empty file, or blank lines only)")
 
 
 # ---------------------------------------------------------------- fields of one phenopacket
@@ -340,6 +343,9 @@ def make_phenopacket_queries(
         per_disease[disease] += 1
         splits[split_of(query["meta"]["pmid"], split_fractions)].append(query)
         counts["kept"] += 1
+    if counts["kept"] == 0:
+        skipped = ", ".join(f"{r} {counts[r]}" for r in SKIP_REASONS if counts[r])
+        raise UserError(f"none of the {counts['read']} phenopackets makes a query on this graph ({skipped})")
     return splits, dict(counts)
 
 

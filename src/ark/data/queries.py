@@ -72,6 +72,8 @@ def load_queries(queries_dir: str | Path, split: str, seed: int = 0) -> list[dic
         return subset(load_queries(queries_dir, base), fraction, seed)
     if not path.exists():
         raise UserError(f"no query file {path} (run the make_queries stage)")
+    if not path.is_file():
+        raise UserError(f"the query file {path} is not a regular file (a directory, FIFO or device)")
     try:
         rows = read_jsonl(path)
     except UnicodeDecodeError as e:

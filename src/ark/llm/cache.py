@@ -88,6 +88,26 @@ class ResponseCache:
             self._db.close()
 
 
+def check_cache_file(path: str | Path) -> None:
+    """A UserError unless ``path`` can be the response cache: absent (it will be made) or an SQLite file holding
+    one (checked read-only, before a run writes anything)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise UserError(f"llm.cache {path}: not a file (a directory?); point llm.cache at a file or set it to null")
+    try:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            db.execute("SELECT key, value FROM responses LIMIT 1").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        if path.stat().st_size == 0:
+            return  # an empty file becomes a cache
+        raise UserError(f"llm.cache {path}: not an LLM response cache ({e}); move it away or set llm.cache") from None
+
+
 def cache_rows(path: str | Path) -> Iterator[tuple[str, str]]:
     """Every (key, value JSON) row of the cache file at ``path``, read-only; sqlite3.DatabaseError if it is not one."""
     db = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)

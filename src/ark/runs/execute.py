@@ -120,6 +120,12 @@ def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: st
     """Open (or resume) ``run``, run the agents on its queries not done yet, appending each record as it
     finishes; (records of all queries in their order, model calls made)."""
     store = run.open()
+    try:
+        store.check(queries)
+    except UserError:
+        store.close()
+        run.close()
+        raise
     todo = [q for q in queries if not store.done(q["id"])]
     progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {cfg.backbone.name}",
                     mininterval=1, disable=not cfg.eval.progress)

@@ -49,14 +49,30 @@ class RecordStore:
 
     def _load(self) -> None:
         """Resume: every complete line must be a record; an incomplete last line (no newline: a kill cut it) is
-        dropped, and only that line."""
+        dropped, and only that line. A query recorded twice (a copy appended by hand) keeps its last record, with a
+        warning."""
         records, cut = read_records(self.path, allow_cut=True)
         self.records = {r.id: r for r in records}
+        if len(self.records) < len(records):
+            print(f"warning: {self.path}: {len(records) - len(self.records)} query record(s) appear twice; the last "
+                  "of each is kept", file=sys.stderr)
         if cut:
             with open(self.path, "r+b") as f:
                 f.truncate(self.path.stat().st_size - cut)
             print(f"{self.path}: dropped its incomplete last line ({cut} bytes, left by an interrupted run); "
                   "that query runs again", file=sys.stderr)
+
+    def check(self, queries: list[dict]) -> None:
+        """Every record kept for resuming belongs to one of ``queries`` and holds its very text: a record of another
+        query set, or of a question since rewritten, is an error, never reused or dropped unsaid."""
+        texts = {q["id"]: q["query"] for q in queries}
+        for rid, record in self.records.items():
+            if rid not in texts:
+                raise UserError(f"{self.path} holds a record of query {rid!r}, which is not among this run's "
+                                "queries; move the run directory away and rerun")
+            if record.query != texts[rid]:
+                raise UserError(f"{self.path}: the record of query {rid!r} was made for another question text than "
+                                "the query file now holds; move the run directory away and rerun")
 
     def done(self, query_id: str) -> bool:
         rec = self.records.get(query_id)
@@ -94,7 +110,11 @@ class Run:
     def open(self) -> RecordStore:
         """Create or resume the run: its ``config.yaml`` must be this identity. The run stays locked against
         other processes until ``finish`` (or this process ends)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # an existing file, a symlink loop, a read-only file system, no permission
+            raise UserError(f"run.root {self.dir.parent}: cannot make the run directory there "
+                            f"({e.strerror or type(e).__name__})") from None
         self._lock = RunLock.acquire(self.dir)
         try:
             config = self.dir / "config.yaml"

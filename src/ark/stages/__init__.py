@@ -5,6 +5,19 @@ import sys
 from ark.errors import IncompleteRun, UserError
 
 
+def launch(main) -> None:
+    """Run a stage's Hydra ``main`` after checking its command-line overrides (``ark.config.check_overrides``): a bad
+    one is one ``error:`` line and exit status 2, like any other bad input."""
+    from ark.config import check_overrides
+
+    try:
+        check_overrides(sys.argv[1:])
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main()
+
+
 def clear_errors(main):
     """A ``UserError`` ends a stage with one line on stderr and exit status 2; a run with incomplete queries
     with one line and exit status 1. Anything else is a bug and keeps its traceback."""

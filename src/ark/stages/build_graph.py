@@ -4,7 +4,7 @@ from omegaconf import DictConfig
 
 from ark.config import make
 from ark.tracking import log_summary, stage_run
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 
 GROUPS = ("dataset",)  # config groups its results depend on
 
@@ -30,4 +30,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -9,13 +9,16 @@ from ark.graph import load_graph
 from ark.index import index_settings
 from ark.io import atomic_dir, write_json
 from ark.tracking import log_summary, stage_run
-from ark.stages import clear_errors
+from ark.errors import UserError
+from ark.stages import clear_errors, launch
 
 GROUPS = ("retriever",)  # config groups its results depend on (the graph is a file dependency)
 
 
 def run(cfg: DictConfig) -> dict:
     graph = load_graph(cfg.dataset)
+    if graph.num_nodes == 0:
+        raise UserError(f"the graph at {cfg.dataset.graph_dir} has no nodes: nothing to index")
     start = time.perf_counter()
     index = make(cfg.retriever, "retriever").build(graph.doc)
     seconds = time.perf_counter() - start
@@ -37,4 +40,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

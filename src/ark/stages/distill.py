@@ -21,7 +21,7 @@ from ark.data.queries import split_of
 from ark.errors import UserError
 from ark.io import atomic_dir, write_json
 from ark.runs.store import load_run
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 from ark.tracking import log_summary, stage_run
 
 PUBLISHED = ("report.json", "README.md", "curve.json")
@@ -119,4 +119,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

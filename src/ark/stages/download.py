@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from ark.config import make
 from ark.io import hash_paths, write_json
 from ark.tracking import stage_run
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 
 GROUPS = ("dataset",)  # config groups its results depend on
 
@@ -35,4 +35,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from ark.runs.execute import execute
 from ark.runs.identity import config_groups
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
 GROUPS = config_groups("evaluate")  # config groups its results depend on
@@ -37,4 +37,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

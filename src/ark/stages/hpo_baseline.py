@@ -25,7 +25,7 @@ from ark.eval.score import score_records
 from ark.graph.phenotype_similarity import PhenotypeSimilarity
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, data_inputs
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
 GROUPS = config_groups("hpo_baseline")  # config groups its results depend on
@@ -73,4 +73,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

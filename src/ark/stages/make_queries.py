@@ -5,7 +5,7 @@ from omegaconf import DictConfig, OmegaConf
 from ark.config import make
 from ark.data.queries import write_query_splits
 from ark.tracking import stage_run
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 
 GROUPS = ("queries",)  # config groups its results depend on (the graph is a file dependency)
 
@@ -32,4 +32,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)

@@ -21,7 +21,7 @@ from ark.report.notebook import execute_all
 from ark.report.paper import stark_tables
 from ark.report.runs import graph, load_runs
 from ark.report.tables import biokg_tables, headline
-from ark.stages import clear_errors
+from ark.stages import clear_errors, launch
 from ark.tracking import log_files, log_summary, stage_run
 
 GROUPS = ()  # reads runs; no config group decides its result
@@ -65,4 +65,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    launch(main)
