@@ -166,15 +166,16 @@ def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_
     failing = ScriptedEndpoint(fail_first=10**6, status=401)
     with failing.serve() as server:
         out = _evaluate(tiny_rules, tmp_path, server.url)
+        port = server.socket.getsockname()[1]
         run_dir = Run(compose_cfg(tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake",
-                                                "retriever.params.stemmer=null", "agent.n_agents=1",
-                                                "agent.T_max=3"]), "evaluate").dir
+                                                f"backbone.api_base={server.url}", "retriever.params.stemmer=null",
+                                                "agent.n_agents=1", "agent.T_max=3"]), "evaluate").dir
     assert out.returncode == 1, out.stderr[-1000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("incomplete: 3 of 3 queries are incomplete") and "Traceback" not in out.stderr
     assert not (run_dir / "metrics.json").exists()  # nothing a DVC stage could record as done
     healthy = ScriptedEndpoint()
-    with healthy.serve() as server:
+    with healthy.serve(port) as server:  # the same address: the same endpoint, so the rerun resumes
         again = _evaluate(tiny_rules, tmp_path, server.url)
     assert again.returncode == 0, again.stderr[-1000:]
     assert json.loads((run_dir / "metrics.json").read_text())["n_queries"] == 3 and healthy.calls == 3 * 2
@@ -318,3 +319,50 @@ def test_a_second_process_on_an_open_run_refuses_at_once(tiny_rules, tmp_path):
     assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]  # it wrote nothing
     evaluate.run(cfg)  # the lock released: the run goes ahead, and its finished directory holds no lock file
     assert not (run_dir / ".lock").exists() and (run_dir / "metrics.json").exists()
+
+
+def test_a_spending_cap_stops_the_run_resumably_and_a_higher_cap_completes_it(tiny_rules, tmp_path, capsys):
+    """eval.max_cost_usd against litellm's cost accounting: a scripted endpoint (a test double) answers as
+    openai/gpt-4.1 with 100 prompt and 20 completion tokens, $0.00036 a call at the bundled prices; each query takes
+    2 calls. A cap of $0.001 lets 2 calls out and refuses the 3rd (0.00072 + 0.00036 > 0.001): the run ends with
+    one line, exit 1, 1 of 3 queries done; a rerun with a higher cap resumes the other 2 and spends no more than
+    they need."""
+    from ark.llm.spending import Ledger
+    from ark.stages import clear_errors, evaluate
+
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/gpt-4.1", f"backbone.api_base={server.url}",
+                             "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=1",
+                             "agent.T_max=3", "eval.concurrency=1", f"llm.cache={tmp_path}/llm.sqlite",
+                             "eval.progress=false"]
+        with pytest.raises(SystemExit) as stopped:
+            clear_errors(evaluate.run)(compose_cfg(args + ["eval.max_cost_usd=0.001"]))
+        line = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 1 and len(line) == 1, line
+        assert line[0].startswith("incomplete: spending cap reached: $0.0007 spent of eval.max_cost_usd=$0.001")
+        assert "1 of 3 queries done, 2 left to resume" in line[0]
+        assert endpoint.calls == 2
+        result = evaluate.run(compose_cfg(args + ["eval.max_cost_usd=1"]))
+    assert result["n_queries"] == 3 and result["n_incomplete"] == 0 and endpoint.calls == 6
+    spent, top = Ledger(Path(result["run_dir"]) / "spend.sqlite").totals()
+    assert spent == pytest.approx(6 * 0.00036) and top == pytest.approx(0.00036)
+
+
+def test_ark_estimate_prices_the_split_from_its_first_queries(tiny_rules, tmp_path, capsys):
+    """Against a scripted endpoint (a test double) priced as openai/gpt-4.1: the first 2 of 3 queries make 4 calls
+    at $0.00036; the estimate is 3 x their cost per query, and the calls stay in the cache."""
+    from ark.cli import main
+
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/gpt-4.1", f"backbone.api_base={server.url}",
+                             "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=1",
+                             f"llm.cache={tmp_path}/llm.sqlite", "eval.progress=false"]
+        assert main(["estimate", *args, "--queries", "2"]) == 0
+        assert main(["estimate", *args, "--queries", "2"]) == 0  # replayed from the cache: no new call
+    out = capsys.readouterr().out.strip().splitlines()
+    assert endpoint.calls == 4
+    assert out[0].endswith("the first 2 queries cost $0.0014 (4 model calls made now, the rest replayed), $0.0007 a "
+                           "query; all 3 queries: about $0.0022")
+    assert "(0 model calls made now" in out[1]

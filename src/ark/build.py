@@ -62,6 +62,12 @@ def validate(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, name)
         if value is not None and (not _is_number(value) or value < 0):
             raise UserError(f"{name} must be null or a number >= 0, got {value!r}")
+    for name in ("eval.max_cost_usd", "eval.max_total_cost_usd"):
+        value = OmegaConf.select(cfg, name)
+        if value is not None and (not _is_number(value) or value < 0):
+            raise UserError(f"{name} must be null or a number >= 0 (US dollars), got {value!r}")
+    if OmegaConf.select(cfg, "eval.max_total_cost_usd") is not None and not OmegaConf.select(cfg, "eval.spend_ledger"):
+        raise UserError("eval.max_total_cost_usd needs eval.spend_ledger: the file that sums the runs' spend")
     for name in ("eval.progress", "eval.allow_incomplete"):
         if not isinstance(OmegaConf.select(cfg, name), bool):
             raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
@@ -180,7 +186,22 @@ def serving(cfg: DictConfig):
     return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"),
                    retry=RetryPolicy(**OmegaConf.to_container(cfg.llm.retry)), models_dir=cfg.paths.models,
                    threads=cfg.cpu_threads, server=OmegaConf.to_container(cfg.llm.get("server") or {}),
+                   caps=spending_caps(cfg), run=str(OmegaConf.select(cfg, "eval.run_name", default="") or ""),
                    agents_in_flight=OmegaConf.select(cfg, "eval.concurrency", default=8) * cfg.agent.n_agents)
+
+
+def spending_caps(cfg: DictConfig) -> tuple:
+    """(ledger file, cap in USD, its name) of each spending cap on a run's model calls (``ark.llm.spending``):
+    ``eval.max_cost_usd`` on the run's own ledger (``eval.run_ledger``, set by the run engine), and the shared
+    ``eval.spend_ledger`` (capped by ``eval.max_total_cost_usd``, else only summed)."""
+    e = cfg.eval
+    caps = []
+    if e.get("max_cost_usd") is not None and e.get("run_ledger"):
+        caps.append((str(e.run_ledger), float(e.max_cost_usd), "eval.max_cost_usd"))
+    if e.get("spend_ledger"):
+        total = e.get("max_total_cost_usd")
+        caps.append((str(e.spend_ledger), float("inf") if total is None else float(total), "eval.max_total_cost_usd"))
+    return tuple(caps)
 
 
 def agent_config(cfg: DictConfig, spec) -> "AgentConfig":

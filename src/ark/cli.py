@@ -1,5 +1,6 @@
 """``ark ask "question" [hydra overrides]``: run the agents on one question and show the trajectory live.
 ``ark show <run> [query]``: print one query's stored trajectories (``ark.report.show``); no query: list them.
+``ark estimate [overrides]``: run the first few queries of an evaluation and price the whole of it.
 
 Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
 ``ark show evaluate@rules-synthetic 0``
@@ -54,6 +55,30 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     return record
 
 
+def estimate(overrides: list[str], first: int = 3, out=sys.stdout) -> dict:
+    """Run the evaluation ``overrides`` describe on its first ``first`` queries (real calls, kept in the LLM cache,
+    so the run itself replays them) and extrapolate its cost to the whole split."""
+    import tempfile
+
+    from ark import build
+    from ark.runs.execute import execute
+
+    cfg = compose(overrides)
+    build.validate(cfg)
+    total = len(build.queries(cfg, build.graph(cfg)))
+    with tempfile.TemporaryDirectory(prefix="ark-estimate-") as tmp:
+        trial = compose([*overrides, f"eval.limit={min(first, total)}", f"run.root={tmp}/runs", "run.publish=null",
+                         "logger=none", f"paths.logs={tmp}/logs"])
+        result = execute(trial, "evaluate")
+    n, cost = result["n_queries"], result.get("cost_usd", 0.0)
+    per_query = cost / n
+    print(f"{cfg.backbone.name} on {cfg.dataset.name}/{cfg.queries.name}/{cfg.split}: the first {n} queries cost "
+          f"${cost:.4f} ({result['model_calls']} model calls made now, the rest replayed), ${per_query:.4f} a query; "
+          f"all {total} queries: about ${per_query * total:,.2f}" if per_query * total >= 1 else
+          f"all {total} queries: about ${per_query * total:.4f}", file=out)
+    return {"queries": n, "cost_usd": cost, "total_queries": total, "estimate_usd": per_query * total}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ark", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -67,8 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("query", nargs="?", help="a query id or a 0-based position in the run's records")
     p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
+    p = sub.add_parser("estimate", help="price an evaluation from its first queries")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluation, e.g. dataset=stark_prime "
+                                                "queries=stark backbone=gpt-4.1")
+    p.add_argument("--queries", type=int, default=3, help="how many first queries to run")
     args = parser.parse_args(argv)
     try:
+        if args.command == "estimate":
+            estimate(args.overrides, args.queries)
+            return 0
         if args.command == "show":
             from ark.report.show import show
 

@@ -92,6 +92,26 @@ def sha256_tree(directory: str | Path) -> str:
     return h.hexdigest()
 
 
+_CONTENT_HASHES: dict[tuple, str] = {}
+
+
+def content_sha256(path: str | Path) -> str | None:
+    """sha256 of a regular file, or of a directory (``sha256_tree``); None for anything else (absent, a FIFO).
+    Remembered per process while no file's size or modification time changes (a run's identity and the report hash
+    the same graph and index many times)."""
+    p = Path(path)
+    if p.is_file():
+        files = [p]
+    elif p.is_dir():
+        files = sorted(q for q in p.rglob("*") if q.is_file())
+    else:
+        return None
+    key = (str(p.resolve()), tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _CONTENT_HASHES:
+        _CONTENT_HASHES[key] = sha256_tree(p) if p.is_dir() else sha256_file(p)
+    return _CONTENT_HASHES[key]
+
+
 def hash_paths(paths) -> dict[str, str]:
     """sha256 of each file or directory (``sha256_tree``) that exists."""
     return {str(p): sha256_tree(p) if p.is_dir() else sha256_file(p) for p in map(Path, paths) if p.exists()}

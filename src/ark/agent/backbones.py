@@ -29,6 +29,8 @@ class Serving:
     threads: int | None = None
     agents_in_flight: int = 8
     server: dict = field(default_factory=dict)  # the embedded server's limits (llm.server: ark.llm.server.ChatServer)
+    caps: tuple = ()  # spending caps on hosted calls: (ledger file, USD, name) (ark.build.spending_caps)
+    run: str = ""  # the run the calls are for (its name in a shared spend ledger)
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,17 @@ class HostedBackbone(Backbone):
         from ark.llm.client import LLMClient
 
         cache = ResponseCache(serving.cache, serving.cache_base) if serving.cache else None
+        cap = None
+        if serving.caps and local_model is None:  # the embedded model costs nothing
+            from ark.llm.spending import Ledger, SpendingCap
+
+            cap = SpendingCap(serving.run, [(Ledger(path), usd, name) for path, usd, name in serving.caps])
         retry = serving.retry if local_model is None else dataclasses.replace(
             serving.retry, timeout=serving.retry.local_timeout)
         local = {} if local_model is None else dict(
             endpoint_identity=local_model.identity, context_window=local_model.context_window,
             count_tokens=lambda req: len(local_model.encode(local_model.render(req))))
-        return LLMClient(self, cache, retry, api_base=api_base, **local)
+        return LLMClient(self, cache, retry, api_base=api_base, cap=cap, **local)
 
     @contextlib.contextmanager
     def policy(self, tools, seed: int, T_max: int, serving: Serving):

@@ -25,8 +25,9 @@ import litellm
 from ark.llm.cache import ResponseCache
 from ark.llm.settings import Backbone, RetryPolicy  # noqa: F401  (re-exported: the client's settings)
 from ark.llm.result import LLMResult
-from ark.secrets import known_keys, scrub
+from ark.secrets import known_keys, scrub, scrub_urls
 
+log = logging.getLogger(__name__)
 litellm.suppress_debug_info = True
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "httpx"):  # one INFO line per call otherwise
     logging.getLogger(_name).setLevel(logging.WARNING)
@@ -40,6 +41,31 @@ RETRYABLE = (
 )
 
 
+def served_model(api_base: str | None, backbone: Backbone, timeout: float = 10.0) -> dict:
+    """What a self-served endpoint (an ``api_base``) says about the model it serves under the backbone's name: its
+    ``/models`` entry's id and creation time, so that a server restarted with other weights under the same address
+    and name is another endpoint. Nothing for a provider's own address (the model name is all there is)."""
+    if not api_base:
+        return {}
+    import urllib.request
+
+    name = backbone.model.split("/", 1)[1] if "/" in backbone.model else backbone.model
+    key = os.environ.get(backbone.api_key_env) if backbone.api_key_env else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(api_base.rstrip("/") + "/models", headers=headers),
+                                    timeout=timeout) as r:
+            listed = json.load(r).get("data") or []
+    except Exception as e:  # noqa: BLE001  (an endpoint without /models: the address alone says what answers)
+        log.warning("%s/models did not answer (%s): the cache tells this server's models apart by address and name "
+                    "only", scrub_urls(api_base.rstrip("/")), type(e).__name__)
+        return {"served": None}
+    entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == name), None)
+    if entry is None:
+        log.warning("%s/models does not list %r", scrub_urls(api_base.rstrip("/")), name)
+    return {"served": None if entry is None else {"id": entry.get("id"), "created": entry.get("created")}}
+
+
 def request_key(request: dict) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -50,13 +76,16 @@ class LLMClient:
 
     def __init__(self, backbone: Backbone, cache: ResponseCache | None = None, retry: RetryPolicy = RetryPolicy(),
                  api_base: str | None = None, endpoint_identity: dict | None = None,
-                 context_window: int | None = None, count_tokens=None):
+                 context_window: int | None = None, count_tokens=None, cap=None):
         self.backbone = backbone
+        self.cap = cap  # an ark.llm.spending.SpendingCap, or None
         self.cache = cache
         self.retry = retry
-        self.api_base = api_base or backbone.api_base
-        # what answers: a local model's identity (its loopback port changes every run), else the server address
-        self.endpoint = endpoint_identity if endpoint_identity is not None else {"api_base": self.api_base}
+        self.api_base = api_base or backbone.resolved_api_base()
+        # what answers: a local model's identity (its loopback port changes every run), else the server's address
+        # (given or from the environment) and what it says it serves
+        self.endpoint = endpoint_identity if endpoint_identity is not None else \
+            {"api_base": self.api_base, **served_model(self.api_base, backbone)}
         self.calls = 0  # model calls actually made (cache hits excluded)
         self.context_window = backbone.context_window or context_window or _litellm_window(backbone.model)
         self.count_tokens = count_tokens or (lambda req: litellm.token_counter(
@@ -93,7 +122,12 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 return _scrubbed(LLMResult(**{**hit, "cached": True}), secrets)
+        refusal = self.cap.refusal() if self.cap is not None else None
+        if refusal is not None:
+            return LLMResult(None, error=refusal)
         result = _scrubbed(await self._call(req), secrets)
+        if self.cap is not None and result.cost:
+            self.cap.add(result.cost)
         if self.cache is not None and result.error is None:
             self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
         return result

@@ -73,8 +73,8 @@ class ScriptedEndpoint:
         message = self.script(request)
         return chat_completion(request["model"], message, "tool_calls", prompt_tokens=100, completion_tokens=20)
 
-    def serve(self) -> ChatServer:
-        return ChatServer(self.generate, model_name="fake")
+    def serve(self, port: int = 0) -> ChatServer:
+        return ChatServer(self.generate, model_name="fake", port=port)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,31 @@
 Plain data, no litellm: a run that never calls a model (the rules policy) imports neither."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
+# where litellm finds a provider's base URL when a call names none (its default address when unset)
+BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"), "anthropic": ("ANTHROPIC_BASE_URL",
+                "ANTHROPIC_API_BASE"), "azure": ("AZURE_API_BASE",), "hosted_vllm": ("HOSTED_VLLM_API_BASE",)}
+
+
+def provider_of(model: str) -> str:
+    """litellm's provider of a model id: its prefix (``openai/...``), else OpenAI's or Anthropic's model names."""
+    head, sep, _ = model.partition("/")
+    if sep:
+        return head
+    return "anthropic" if model.startswith("claude") else "openai"
+
+
+def resolved_api_base(model: str, api_base: str | None, environ=None) -> str | None:
+    """The server a backbone's calls go to: ``api_base``, else the provider's base URL from the environment (what
+    litellm reads), else None: the provider's own address."""
+    if api_base:
+        return api_base
+    environ = os.environ if environ is None else environ
+    provider = provider_of(model)
+    return next((environ[v] for v in BASE_URL_ENV.get(provider, (f"{provider.upper()}_API_BASE",)) if environ.get(v)),
+                None)
 
 
 @dataclass
@@ -29,3 +53,6 @@ class Backbone:
     tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
     extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
     context_window: int | None = None  # tokens, prompt and reply; null: the local model's, or litellm's model info
+
+    def resolved_api_base(self, environ=None) -> str | None:
+        return resolved_api_base(self.model, self.api_base, environ)

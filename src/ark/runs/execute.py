@@ -14,7 +14,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
 
 from ark import build
@@ -24,8 +24,9 @@ from ark.eval.metrics import as_candidates
 from ark.eval.score import score_row, summarize
 from ark.eval.trajectories import run_statistics, timing_statistics
 from ark.agent.records import QueryRecord
-from ark.runs.store import Run, data_inputs
+from ark.runs.store import Run
 from ark.runs.workers import run_in_workers
+from ark.llm.spending import CAP_REACHED
 
 
 @dataclass
@@ -67,6 +68,9 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     tools = build.toolbox(cfg)
     queries = build.queries(cfg, tools.graph, labels=labels)
     run = Run(cfg, stage)
+    with open_dict(cfg):  # what the spending caps need to know of the run (ark.build.spending_caps)
+        cfg.eval.run_name = run.name
+        cfg.eval.run_ledger = str(run.dir / "spend.sqlite") if cfg.eval.get("max_cost_usd") is not None else None
     score = Scoring(cfg, tools.graph, queries) if labels else None
     start = time.perf_counter()
     records, model_calls = _run_agents(cfg, tools, queries, run, stage, score)
@@ -74,6 +78,10 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     timing = {"seconds": round(time.perf_counter() - start, 2), "model_calls": model_calls,
               **timing_statistics(records)}
     incomplete = sum(not r.complete for r in records)
+    capped = next((e for r in records for ag in r.agents for e in ag.errors if e.startswith(CAP_REACHED)), None)
+    if capped and not cfg.eval.allow_incomplete:
+        raise IncompleteRun(f"{capped}: {len(records) - incomplete} of {len(queries)} queries done, {incomplete} "
+                            f"left to resume (rerun with a higher cap). Records: {run.dir}")
     if incomplete and not cfg.eval.allow_incomplete:
         error = next((e for r in records for ag in r.agents for e in ag.errors), "none")
         instead = (f"score the {len(records) - incomplete} complete ones" if labels else "keep them as they are")
@@ -81,7 +89,7 @@ def execute(cfg: DictConfig, stage: str) -> dict:
                             f"{cfg.llm.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
                             f"eval.allow_incomplete=true to {instead}. Records: {run.dir}")
     scores, metrics = score.finish(records) if labels else (None, None)
-    run.finish(scores, metrics, stats, data_inputs(cfg))
+    run.finish(scores, metrics, stats)
     run.write_timing(timing)
     return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
             "n_incomplete": incomplete, **(metrics or {}), "model_calls": model_calls, "run_dir": str(run.dir),

@@ -1,9 +1,12 @@
-"""Run identity: the resolved settings that can change a run's result -> a directory name.
+"""Run identity: the resolved settings and the input contents that can change a run's result -> a directory name.
 
 A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(cfg, stage)``,
 (``run_name``), so two configurations never share a directory and the same configuration resumes. Settings that cannot
 change a result (paths, logger, concurrency, progress bars, cache location) are not part of it. The embedded model's
-thread count is: it changes the order of its sums, and so bfloat16 replies.
+thread count is: it changes the order of its sums, and so bfloat16 replies. So are the contents of what the run reads
+(``inputs``: the query file, the graph, the index, a baseline's case file; sha256, ``data_inputs``) and, for a hosted
+backbone, the server its calls go to (``backbone.endpoint``: ``api_base`` or the provider's base URL from the
+environment, credentials scrubbed): rewritten queries or another server are another run, never a resume.
 """
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ark.index import index_settings
-from ark.io import sha256_tree
+from ark.io import content_sha256, sha256_tree
+from ark.llm.settings import resolved_api_base
+from ark.secrets import scrub_urls
 
 # keys dropped from a group: where things are on this machine, and how fast they run
 NOT_IDENTITY = {
@@ -41,6 +46,23 @@ SCALARS = ("split", "subset_seed", "seed")  # top-level settings in conf/config.
 def config_groups(stage: str) -> tuple[str, ...]:
     """The Hydra config groups a stage's results depend on (each one a params file in dvc.yaml)."""
     return tuple(k for k in STAGE_SETTINGS[stage] if "." not in k and k not in SCALARS)
+
+
+def data_inputs(cfg: DictConfig, stage: str) -> dict[str, Path]:
+    """The data a ``stage`` run over ``cfg`` reads, by role: its query split's file (a subset split without a file
+    of its own, ``test-0.1``, reads its base split's), the graph, and the index (the HPO baseline: the case file
+    instead)."""
+    from ark.data.queries import parse_split
+
+    queries = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
+    if not queries.exists():
+        queries = queries.with_name(f"{parse_split(cfg.split)[0]}.jsonl")
+    inputs = {"queries": queries, "graph": Path(cfg.dataset.graph_dir)}
+    if stage == "hpo_baseline":
+        inputs["cases"] = Path(cfg.queries.source)
+    else:
+        inputs["index"] = Path(cfg.dataset.index_dir)
+    return inputs
 
 
 def _select(cfg: DictConfig, key: str):
@@ -82,8 +104,12 @@ def identity(cfg: DictConfig, stage: str) -> dict:
                 if local.get("adapter"):  # a retrained adapter at the same path is another model
                     local["adapter_sha256"] = sha256_tree(local["adapter"])
                 value["local"] = local
+            if key == "backbone" and value.get("kind") == "litellm":  # a hosted model: which server answers
+                endpoint = resolved_api_base(value["model"], OmegaConf.select(cfg, "backbone.api_base"))
+                value["endpoint"] = endpoint and scrub_urls(endpoint)
         if value is not None or key in ("seed", "eval.limit"):
             out[key] = value
+    out["inputs"] = {role: content_sha256(path) for role, path in data_inputs(cfg, stage).items()}
     return out
 
 

@@ -33,7 +33,7 @@ from ark.errors import UserError
 from ark.agent.records import QueryRecord
 from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.machine import cpu_name
-from ark.runs.identity import identity, run_name
+from ark.runs.identity import data_inputs, identity, run_name
 
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
 
@@ -101,6 +101,7 @@ class Run:
     def __init__(self, cfg, stage: str):
         self.stage = stage
         self.identity = identity(cfg, stage)
+        self.inputs = list(data_inputs(cfg, stage).values())
         self.name = run_name(self.identity)
         self.dir = Path(cfg.run.root) / self.name
         self.publish_dir = Path(cfg.run.publish) if cfg.run.get("publish") else None
@@ -133,14 +134,14 @@ class Run:
             self._lock.release()
             self._lock = None
 
-    def finish(self, scores: list[dict] | None, metrics: dict | None, stats: dict, inputs: list) -> None:
+    def finish(self, scores: list[dict] | None, metrics: dict | None, stats: dict) -> None:
         """``scores`` and ``metrics`` None: a label-free run (``collect``), which has neither."""
         if metrics is not None:
             write_jsonl(self.dir / "scores.jsonl", scores)
             write_json(self.dir / "metrics.json", metrics)
         write_json(self.dir / "stats.json", stats)
         write_json(self.dir / "provenance.json", {"run": self.name, "versions": package_versions(),
-                                                  "data": hash_paths(inputs)})
+                                                  "data": hash_paths(self.inputs)})
         if self.publish_dir is not None:
             self.publish_dir.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
@@ -155,17 +156,6 @@ class Run:
         write_json(self.timing_path, record)
         if self.publish_dir is not None:
             write_json(self.publish_dir / "timing.json", record)
-
-
-def data_inputs(cfg) -> list[Path]:
-    """The data files a run over ``cfg``'s dataset and split reads (hashed into its provenance); a subset
-    split without a file of its own (``test-0.1``) reads its base split's file."""
-    from ark.data.queries import parse_split
-
-    queries = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
-    if not queries.exists():
-        queries = queries.with_name(f"{parse_split(cfg.split)[0]}.jsonl")
-    return [queries, Path(cfg.dataset.graph_dir), Path(cfg.dataset.index_dir)]
 
 
 def load_run(directory: str | Path) -> tuple[dict, list[QueryRecord]]:

@@ -15,7 +15,7 @@ from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records
 from ark.agent.records import QueryRecord
 from ark.runs.identity import config_groups
-from ark.runs.store import Run, data_inputs
+from ark.runs.store import Run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -54,7 +54,7 @@ def run(cfg: DictConfig) -> dict:
     gold = {q["id"]: q["answer_ids"] for q in queries}
     candidates = as_candidates(candidate_array) if restricted else None
     scores, metrics = score_records(records, gold, list(cfg.metrics), candidates)
-    run_.finish(scores, metrics, {}, data_inputs(cfg))
+    run_.finish(scores, metrics, {})
     run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     return {**metrics, "run_dir": str(run_.dir)}
 

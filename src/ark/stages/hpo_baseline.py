@@ -10,7 +10,6 @@ score the ranking.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -24,7 +23,7 @@ from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records
 from ark.graph.phenotype_similarity import PhenotypeSimilarity
 from ark.runs.identity import config_groups
-from ark.runs.store import Run, data_inputs
+from ark.runs.store import Run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -55,7 +54,7 @@ def run(cfg: DictConfig) -> dict:
     candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
     scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
                                     candidates)
-    run_.finish(scores, metrics, {}, data_inputs(cfg)[:2] + [Path(cfg.queries.source)])
+    run_.finish(scores, metrics, {})
     run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     return {**metrics, "run_dir": str(run_.dir)}
 
