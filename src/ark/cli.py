@@ -72,10 +72,10 @@ def estimate(overrides: list[str], first: int = 3, out=sys.stdout) -> dict:
         result = execute(trial, "evaluate")
     n, cost = result["n_queries"], result.get("cost_usd", 0.0)
     per_query = cost / n
+    whole = per_query * total
     print(f"{cfg.backbone.name} on {cfg.dataset.name}/{cfg.queries.name}/{cfg.split}: the first {n} queries cost "
           f"${cost:.4f} ({result['model_calls']} model calls made now, the rest replayed), ${per_query:.4f} a query; "
-          f"all {total} queries: about ${per_query * total:,.2f}" if per_query * total >= 1 else
-          f"all {total} queries: about ${per_query * total:.4f}", file=out)
+          f"all {total} queries: about " + (f"${whole:,.2f}" if whole >= 1 else f"${whole:.4f}"), file=out)
     return {"queries": n, "cost_usd": cost, "total_queries": total, "estimate_usd": per_query * total}
 
 
