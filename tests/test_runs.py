@@ -366,3 +366,48 @@ def test_ark_estimate_prices_the_split_from_its_first_queries(tiny_rules, tmp_pa
     assert out[0].endswith("the first 2 queries cost $0.0014 (4 model calls made now, the rest replayed), $0.0007 a "
                            "query; all 3 queries: about $0.0022")
     assert "(0 model calls made now" in out[1]
+
+
+def test_rewritten_queries_are_another_run_not_a_resume(tiny_rules):
+    """The same settings over a query file whose rows were rewritten (same ids, other text and answers): the run
+    identity holds the file's content hash, so it is a new run with its own metrics, never the old records."""
+    from ark.stages import evaluate
+
+    first = evaluate.run(rules_cfg(tiny_rules))
+    write_split(tiny_rules, "test", [{"id": "q1", "query": "lens of the eye", "answer_ids": [4]},
+                                     {"id": "q2", "query": "slender fingers", "answer_ids": [3]},
+                                     {"id": "q3", "query": "Marfan syndrome", "answer_ids": [0]}])
+    second = evaluate.run(rules_cfg(tiny_rules))
+    fresh = evaluate.run(rules_cfg(tiny_rules, f"run.root={Path(first['run_dir']).parent}-fresh"))
+    assert second["run_dir"] != first["run_dir"]
+    assert {k: second[k] for k in ("hit@1", "mrr")} == {k: fresh[k] for k in ("hit@1", "mrr")}
+    assert load_run(second["run_dir"])[0]["inputs"]["queries"] != load_run(first["run_dir"])[0]["inputs"]["queries"]
+
+
+def test_the_endpoint_from_the_environment_and_the_served_model_key_the_cache(tiny_rules, tmp_path, monkeypatch):
+    """OPENAI_BASE_URL (api_base null) names server A, then server B: the second run asks B (another run identity,
+    other cache keys). A server restarted at B's address under the same model name but serving since another time
+    (its /v1/models entry) is asked again too. Scripted endpoints are the test doubles."""
+    import time
+
+    from ark.stages import evaluate
+
+    args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake", "backbone.api_base=null",
+                         "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=1",
+                         "agent.T_max=3", f"llm.cache={tmp_path}/llm.sqlite", "eval.progress=false"]
+    a, b = ScriptedEndpoint(), ScriptedEndpoint()
+    with a.serve() as server_a, b.serve() as server_b:
+        monkeypatch.setenv("OPENAI_BASE_URL", server_a.url)
+        run_a = evaluate.run(compose_cfg(args))
+        monkeypatch.setenv("OPENAI_BASE_URL", server_b.url)
+        run_b = evaluate.run(compose_cfg(args))
+        url_b, port_b = server_b.url, server_b.socket.getsockname()[1]
+    assert a.calls == 6 and b.calls == 6 and run_b["model_calls"] == 6
+    assert run_a["run_dir"] != run_b["run_dir"]
+    assert load_run(run_b["run_dir"])[0]["backbone"]["endpoint"] == url_b
+    time.sleep(1.1)  # /v1/models reports whole seconds
+    restarted = ScriptedEndpoint()
+    with restarted.serve(port_b) as server:
+        again = evaluate.run(compose_cfg(args + [f"run.root={tmp_path}/again"]))
+        assert server.url == url_b
+    assert restarted.calls == 6 and again["model_calls"] == 6
