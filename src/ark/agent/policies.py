@@ -51,6 +51,13 @@ class _LLMSession:
 ANSWER_ORDERS = ("ranked", "sampled")
 
 
+def scripted_reply(calls: list[tuple[str, dict]], first_id: int) -> LLMResult:
+    """A scripted policy's assistant message: the tool calls ``(name, arguments)``, numbered from ``first_id``."""
+    return LLMResult({"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{first_id + i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        for i, (name, args) in enumerate(calls)]})
+
+
 def answer_type(query: str, type_words: dict[str, list[str]]) -> str | None:
     """The node type whose words appear earliest in the question sentence (None if none does).
 
@@ -110,12 +117,9 @@ class _RulesSession:
         self.steps = 0
 
     def _reply(self, calls: list[tuple[str, dict]]) -> LLMResult:
-        tool_calls = []
-        for name, args in calls:
-            tool_calls.append({"id": f"call_{self.n_calls}", "type": "function",
-                               "function": {"name": name, "arguments": json.dumps(args)}})
-            self.n_calls += 1
-        return LLMResult({"role": "assistant", "content": None, "tool_calls": tool_calls})
+        reply = scripted_reply(calls, self.n_calls)
+        self.n_calls += len(calls)
+        return reply
 
     async def act(self, messages, observations) -> LLMResult:
         p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config

@@ -12,13 +12,12 @@ its last step with what it has. Deterministic.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 
 import numpy as np
 
-from ark.agent.policies import answer_type
+from ark.agent.policies import answer_type, scripted_reply
 from ark.llm.result import LLMResult
 from ark.tools.ark_v1 import ArkV1Toolbox, name_key
 
@@ -68,12 +67,9 @@ class _Session:
         self.reached: Counter = Counter()  # answer-type node -> how many sources reach it
 
     def _reply(self, calls: list[tuple[str, dict]]) -> LLMResult:
-        tool_calls = []
-        for name, args in calls:
-            tool_calls.append({"id": f"call_{self.n_calls}", "type": "function",
-                               "function": {"name": name, "arguments": json.dumps(args)}})
-            self.n_calls += 1
-        return LLMResult({"role": "assistant", "content": None, "tool_calls": tool_calls})
+        reply = scripted_reply(calls, self.n_calls)
+        self.n_calls += len(calls)
+        return reply
 
     def _links(self, v: int) -> dict[tuple[str, str], int]:
         """(relation, neighbor type) -> count at node v: what ``get_relations`` shows."""

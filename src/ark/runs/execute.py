@@ -21,7 +21,7 @@ from ark import build
 from ark.agent.runner import AgentConfig, run_queries, run_query
 from ark.errors import IncompleteRun, UserError
 from ark.eval.metrics import as_candidates
-from ark.eval.score import score_row, summarize
+from ark.eval.score import score_records, score_row, summarize
 from ark.eval.trajectories import run_statistics, timing_statistics
 from ark.agent.records import QueryRecord
 from ark.runs.store import Run
@@ -94,6 +94,31 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
             "n_incomplete": incomplete, **(metrics or {}), "model_calls": model_calls, "run_dir": str(run.dir),
             "n_agents": cfg.agent.n_agents, **stats, **timing}
+
+
+def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
+    """A baseline's run: ``rank(query) -> (node ids, scores)`` for each query not done yet, stored as it goes
+    (resumable like an agent run), then scored; its metrics and directory."""
+    run = Run(cfg, stage)
+    store = run.open()
+    try:
+        store.check(queries)
+    except UserError:
+        store.close()
+        run.close()
+        raise
+    start = time.perf_counter()
+    for q in tqdm(queries, desc=desc, mininterval=2, disable=not cfg.eval.progress):
+        if not store.done(q["id"]):
+            ranking, scores = rank(q)
+            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
+    records = store.finalize([q["id"] for q in queries])
+    candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
+                                    candidates)
+    run.finish(scores, metrics, {})
+    run.write_timing({"seconds": round(time.perf_counter() - start, 2)})
+    return {**metrics, "run_dir": str(run.dir)}
 
 
 class Scoring:

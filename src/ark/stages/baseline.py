@@ -3,19 +3,13 @@
 Writes a run directory (``ark.runs``): records.jsonl (per query: id, query, ranking and its retrieval scores;
 no gold), scores.jsonl, metrics.json, config.yaml, provenance.json.
 """
-import time
-
 import hydra
 import numpy as np
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from ark import build
-from ark.eval.metrics import as_candidates
-from ark.eval.score import score_records
-from ark.agent.records import QueryRecord
+from ark.runs.execute import execute_ranking
 from ark.runs.identity import config_groups
-from ark.runs.store import Run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -42,21 +36,9 @@ def run(cfg: DictConfig) -> dict:
     queries = build.queries(cfg, graph)
     restricted = graph.meta.get("candidate_types") is not None
     candidate_array = graph.candidate_ids() if restricted else None
-    run_ = Run(cfg, "baseline")
-    store = run_.open()
-    start = time.perf_counter()
-    for q in tqdm(queries, desc=f"baseline {cfg.queries.name}/{cfg.retriever.name}", mininterval=2,
-                  disable=not cfg.eval.progress):
-        if not store.done(q["id"]):
-            ranking, scores = rank(relevance, q["query"], cfg.baseline.depth, candidate_array)
-            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
-    records = store.finalize([q["id"] for q in queries])
-    gold = {q["id"]: q["answer_ids"] for q in queries}
-    candidates = as_candidates(candidate_array) if restricted else None
-    scores, metrics = score_records(records, gold, list(cfg.metrics), candidates)
-    run_.finish(scores, metrics, {})
-    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
-    return {**metrics, "run_dir": str(run_.dir)}
+    return execute_ranking(cfg, "baseline", graph, queries,
+                           lambda q: rank(relevance, q["query"], cfg.baseline.depth, candidate_array),
+                           f"baseline {cfg.queries.name}/{cfg.retriever.name}")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")

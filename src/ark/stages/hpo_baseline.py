@@ -9,21 +9,15 @@ score the ranking.
 """
 from __future__ import annotations
 
-import time
-
 import hydra
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from ark import build
-from ark.agent.records import QueryRecord
 from ark.data.phenopackets import phenotype_ids, read_phenopackets
 from ark.errors import UserError
-from ark.eval.metrics import as_candidates
-from ark.eval.score import score_records
 from ark.graph.phenotype_similarity import PhenotypeSimilarity
+from ark.runs.execute import execute_ranking
 from ark.runs.identity import config_groups
-from ark.runs.store import Run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -43,20 +37,9 @@ def run(cfg: DictConfig) -> dict:
         raise UserError(f"{len(missing)} queries have no case in {cfg.queries.source} (e.g. {missing[0]}): make the "
                         "query set again from this file (make_queries)")
     ranker = PhenotypeSimilarity(graph)
-    run_ = Run(cfg, "hpo_baseline")
-    store = run_.open()
-    start = time.perf_counter()
-    for q in tqdm(queries, desc=f"hpo_baseline {cfg.queries.name}", mininterval=2, disable=not cfg.eval.progress):
-        if not store.done(q["id"]):
-            ranking, scores = ranker.rank(terms[q["id"]], cfg.queries.target, cfg.baseline.depth)
-            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
-    records = store.finalize([q["id"] for q in queries])
-    candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
-    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
-                                    candidates)
-    run_.finish(scores, metrics, {})
-    run_.write_timing({"seconds": round(time.perf_counter() - start, 2)})
-    return {**metrics, "run_dir": str(run_.dir)}
+    return execute_ranking(cfg, "hpo_baseline", graph, queries,
+                           lambda q: ranker.rank(terms[q["id"]], cfg.queries.target, cfg.baseline.depth),
+                           f"hpo_baseline {cfg.queries.name}")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
