@@ -53,6 +53,7 @@ def stark_run(tmp_path_factory):
             "baseline": {skb: {"dataset": f"stark_{skb}", "split": "test"} for skb in SKBS},
             "evaluate": {skb: {"dataset": f"stark_{skb}", "backbone": "gpt-4.1", "split": "test",
                                "args": f"backbone.api_base={server.url} eval.progress=false"} for skb in SKBS},
+            "spending": {"max_cost_usd": 1, "max_total_cost_usd": 5, "ledger": "cache/spend-stark.sqlite"},
         }
         (project / "stark" / "params.yaml").write_text(yaml.safe_dump(params))
         dvc(project, "repro", "stark/dvc.yaml:baseline", "stark/dvc.yaml:evaluate")
@@ -86,6 +87,12 @@ def test_evaluate_called_the_endpoint_and_counted_tokens_and_cost(stark_run):
     agent = record["agents"][0]
     assert agent["steps"] == 2 and agent["tokens"] == [[100, 20], [100, 20]]  # what the endpoint reported
     assert agent["cost"] > 0  # gpt-4.1's price from litellm's offline price map
+    # the pipeline's spend ledger (params `spending`) summed every call of the three runs
+    from ark.llm.spending import Ledger
+
+    spent = sum(a["cost"] for skb in SKBS for line in next((project / "results" / "runs" / "stark" / "evaluate" / skb)
+                .glob("*/records.jsonl")).read_text().splitlines() for a in json.loads(line)["agents"])
+    assert Ledger(project / "cache" / "spend-stark.sqlite").totals()[0] == pytest.approx(spent)
 
 
 def test_rerun_is_up_to_date(stark_run):

@@ -55,7 +55,7 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     return record
 
 
-def estimate(overrides: list[str], first: int = 3, out=sys.stdout) -> dict:
+def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
     """Run the evaluation ``overrides`` describe on its first ``first`` queries (real calls, kept in the LLM cache,
     so the run itself replays them) and extrapolate its cost to the whole split."""
     import tempfile
@@ -63,6 +63,7 @@ def estimate(overrides: list[str], first: int = 3, out=sys.stdout) -> dict:
     from ark import build
     from ark.runs.execute import execute
 
+    out = out or sys.stdout
     cfg = compose(overrides)
     build.validate(cfg)
     total = len(build.queries(cfg, build.graph(cfg)))

@@ -21,6 +21,10 @@ def compose(overrides=(), hydra_config: bool = False):
         return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
+TAKES_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+               "--experimental-rerun"}
+
+
 def check_overrides(args) -> None:
     """Command-line overrides checked before Hydra composes them: a syntax error, or a config group option that
     has no file, is one ``UserError`` line (Hydra's own message spans several lines and exits 1)."""
@@ -28,7 +32,12 @@ def check_overrides(args) -> None:
     from hydra.errors import HydraException
 
     multirun = any(a in ("-m", "--multirun") for a in args)
-    args = [a for a in args if not a.startswith("-")]  # --multirun, -m, --cfg job, ...
+    kept, skip = [], False
+    for a in args:  # Hydra's own flags, and the value of those that take one (--cfg job, -cn name, ...)
+        if not skip and not a.startswith("-"):
+            kept.append(a)
+        skip = a in TAKES_VALUE
+    args = kept
     try:
         overrides = OverridesParser.create().parse_overrides(args)
     except HydraException as e:

@@ -190,6 +190,8 @@ class ChatServer:
         except ClientDisconnect:
             self.dropped += 1
             return Response(status_code=499)
+        except asyncio.CancelledError:  # the server is stopping
+            return Response(status_code=503)
         if self._admitted >= self.max_queue:
             self.rejected += 1
             return _error(503, f"{self._admitted} requests queued; retry later", {"Retry-After": str(self.retry_after)})

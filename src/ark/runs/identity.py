@@ -109,8 +109,27 @@ def identity(cfg: DictConfig, stage: str) -> dict:
                 value["endpoint"] = endpoint and scrub_urls(endpoint)
         if value is not None or key in ("seed", "eval.limit"):
             out[key] = value
-    out["inputs"] = {role: content_sha256(path) for role, path in data_inputs(cfg, stage).items()}
+    inputs = data_inputs(cfg, stage)
+    out["inputs"] = {role: content_sha256(path) for role, path in inputs.items()}
+    if stage == "collect":  # label-free: what it reads of the query file is each row's id and text, never its gold
+        out["inputs"]["queries"] = _label_free_sha256(inputs["queries"]) or out["inputs"]["queries"]
     return out
+
+
+def _label_free_sha256(path: Path) -> str | None:
+    """sha256 of the (id, query) pairs of a query file, in order; None if it cannot be read as one."""
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    h.update(json.dumps([row.get("id"), row.get("query")], ensure_ascii=False).encode() + b"\n")
+    except (ValueError, AttributeError):  # not JSON Lines of objects: the run's own checks say what is wrong
+        return None
+    return h.hexdigest()
 
 
 MACHINE_RESOLVED = (("backbone", "local", "threads"), ("backbone", "local", "dtype"), ("retriever", "params", "bf16"))
