@@ -159,6 +159,8 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) 
                     "Table 1 scores them on the leave-publication-out graph. ")
                    + "HPO similarity: each case's HPO terms against every disease's annotations in the same graph "
                    "(Resnik, best match per case term; genes through their diseases), the case reports only. "
+                   "ARK-V1 interface: the rules policy over ARK-V1's tools (an anchor by its exact name, its "
+                   "relations, their triples; no text search). "
                    + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
                    f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
                    "version of this table is stark_table1.md.")
