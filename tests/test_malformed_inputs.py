@@ -179,6 +179,13 @@ def symlink_loop(p):
     (p / "loop").symlink_to(p / "loop")
 
 
+def records_directory(p):
+    """The finished run's records.jsonl replaced by a directory of that name."""
+    path = next((p / RUN).glob("*/records.jsonl"))
+    path.unlink()
+    path.mkdir()
+
+
 PHENO = ["queries=phenopackets", "queries.source=${paths.root}/cases.jsonl"]
 STARK = ["dataset=stark_prime", "queries=stark", "queries.qa_dir=${paths.root}/qa"]
 Q = "test.jsonl row 2"
@@ -322,6 +329,64 @@ CASES = [
     ("pheno-blank-lines", "make_queries", PHENO, write("cases.jsonl", "\n  \n\n"), "holds no phenopacket", False),
     ("pheno-none-usable", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "diseases": []}) + "\n"),
      "none of the 1 phenopackets makes a query", False),
+    # settings that contradict each other or the machine
+    ("max-cost-negative", "evaluate", ["eval.max_cost_usd=-1"], None, "eval.max_cost_usd must be null or a number",
+     False),
+    ("total-cap-without-ledger", "evaluate", ["eval.max_total_cost_usd=5"], None, "needs eval.spend_ledger", False),
+    ("global_k-over-max", "evaluate", ["agent.global_k=50"], None, "is over agent.global_k_max=30", False),
+    ("toolset-unknown", "evaluate", ["+agent.toolset=ark_v9"], None, "agent.toolset must be one of", False),
+    ("toolset-with-ablation", "evaluate", ["agent=ark_v1", "ablation=no_f"], None, "use ablation=none", False),
+    ("prompt-unknown", "evaluate", ["prompt.name=verbose"], None, "prompt must be one of", False),
+    ("workers-embedded-model", "evaluate", ["backbone=local_smollm2", "eval.workers=2"], None,
+     "eval.workers > 1 needs a hosted or rules backbone", False),
+    ("adapter-missing", "evaluate", ["backbone=student", "backbone.local.adapter=${paths.root}/nope"], None,
+     "no adapter directory at", False),
+    ("backbone-unknown-key", "evaluate", ["+backbone.top_k=5"], None, "unexpected keyword argument 'top_k'", False),
+    ("backbone-no-target", "evaluate", ["~backbone._target_"], None, "names no class (_target_)", False),
+    ("bm25-k1-negative", "build_index", ["retriever.params.k1=-1"], None, "retriever.params.k1 must be a number >= 0",
+     False),
+    ("retriever-param-unknown", "build_index", ["+retriever.params.k3=1"], None, "retriever.params has no setting k3",
+     False),
+    ("split-fraction-0", "evaluate", ["split=test-0"], None, "unknown split 'test-0'", False),
+    # query files that hold rows but no usable question
+    ("row-id-not-string", "evaluate", [], rows({"id": 7, "query": "x", "answer_ids": [1]}),
+     "row 1: expected a JSON object with a non-empty string 'id'", False),
+    ("query-whitespace", "evaluate", [], rows({"id": "q1", "query": " \t ", "answer_ids": [1]}),
+     "row 1: needs a string 'id' and a non-empty string 'query'", False),
+    ("queries-empty-file", "evaluate", [], write("data/queries/biokg/synthetic/test.jsonl", ""), "no queries in",
+     False),
+    # index and graph files
+    ("index-missing", "baseline", [], remove("data/index/biokg/bm25"), "no BM25 index at", False),
+    ("index-missing-file", "evaluate", [], remove("data/index/biokg/bm25/data.csc.index.npy"), "damaged bm25 index",
+     False),
+    ("index-info-not-json", "evaluate", [], write("data/index/biokg/bm25/info.json", "{"), "info.json", False),
+    ("index-other-settings", "evaluate", ["retriever.params.b=0.5"], None, "was built with other retriever settings",
+     False),
+    ("graph-summary-not-json", "evaluate", [], write("data/graph/biokg/summary.json", "{"), "summary.json", False),
+    ("graph-sources-missing", "build_graph", [], None, "missing source artefact", False),
+    # source files of make_queries
+    ("stark-duplicate-id", "make_queries", STARK,
+     write("qa/stark_qa/stark_qa.csv", "id,query,answer_ids\n0,a,[1]\n0,b,[2]\n1,c,[3]\n"),
+     "stark_qa.csv:3: duplicate query id 0", False),
+    ("pheno-no-id", "make_queries", PHENO, write("cases.jsonl", json.dumps({k: v for k, v in PACKET.items()
+                                                                           if k != "id"}) + "\n"),
+     "phenopacket 1: no 'id'", False),
+    # places a run writes to
+    ("cache-under-file", "evaluate", ["backbone=gpt-4.1", "llm.cache=${paths.root}/cases.jsonl/llm.sqlite"], None,
+     "cases.jsonl is a file", False),
+    ("ledger-under-file", "evaluate", ["eval.spend_ledger=${paths.root}/cases.jsonl/spend.sqlite"], None,
+     "cases.jsonl is a file", False),
+    ("publish-under-file", "baseline", ["run.publish=${paths.root}/cases.jsonl/published"], None,
+     "run.publish", True),
+    ("records-directory", "evaluate", [], records_directory, "records.jsonl is not a regular file", True),
+    # stages with their own inputs
+    ("hpo-not-phenopackets", "hpo_baseline", [], None, "hpo_baseline ranks the cases of a phenopacket query set",
+     True),
+    ("distill-no-teacher", "distill", [], None, "distill.teacher must name the teacher's run", False),
+    ("distill-teacher-no-run", "distill", ["distill.teacher=${paths.root}/qa"], None,
+     "expected one run directory in", False),
+    ("distill-teacher-other-dataset", "distill", lambda p: teacher(p) + ["dataset=stark_prime"], None,
+     "is on biokg, not on stark_prime", False),
 ]
 
 

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from ark.agent.aggregate import AGGREGATIONS
 from ark.config import make
 from ark.errors import UserError
+from ark.io import blocking_file
 
 if TYPE_CHECKING:
     from ark.agent.runner import AgentConfig
@@ -33,6 +34,7 @@ REQUIRED = ("agent.T_max", "agent.n_agents", "agent.aggregation", "agent.global_
 
 def validate(cfg: DictConfig) -> None:
     """Config values checked before any work (one clear error, nothing written)."""
+    from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
 
@@ -48,6 +50,9 @@ def validate(cfg: DictConfig) -> None:
                         ("baseline.depth", cfg.baseline.depth)):
         if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
+    if a.global_k > a.global_k_max:
+        raise UserError(f"agent.global_k={a.global_k} (a search's default size) is over agent.global_k_max="
+                        f"{a.global_k_max} (its largest)")
     for name, limit in (("agent.T_max", "limits.T_max"), ("agent.n_agents", "limits.n_agents")):
         if OmegaConf.select(cfg, name) > OmegaConf.select(cfg, limit):
             raise UserError(f"{name}={OmegaConf.select(cfg, name)} is over {limit}={OmegaConf.select(cfg, limit)}; "
@@ -68,11 +73,15 @@ def validate(cfg: DictConfig) -> None:
             raise UserError(f"{name} must be null or a number >= 0 (US dollars), got {value!r}")
     if OmegaConf.select(cfg, "eval.max_total_cost_usd") is not None and not OmegaConf.select(cfg, "eval.spend_ledger"):
         raise UserError("eval.max_total_cost_usd needs eval.spend_ledger: the file that sums the runs' spend")
+    ledger = OmegaConf.select(cfg, "eval.spend_ledger")
+    if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
+        raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
     for name in ("eval.progress", "eval.allow_incomplete"):
         if not isinstance(OmegaConf.select(cfg, name), bool):
             raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
     if a.aggregation not in AGGREGATIONS:
         raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
+    check_prompt(cfg.prompt.name)
     parse_split(cfg.split)
     if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
         raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {cfg.metrics!r}")
@@ -107,7 +116,12 @@ def relevance(cfg: DictConfig):
 
     info = Path(cfg.dataset.index_dir) / "info.json"
     wanted = index_settings(cfg.retriever)
-    if info.exists() and json.loads(info.read_text()).get("settings") != wanted:
+    try:
+        built = json.loads(info.read_text()).get("settings") if info.exists() else wanted
+    except (OSError, ValueError, AttributeError) as e:  # not a file, not UTF-8 JSON, not an object
+        raise UserError(f"damaged index at {cfg.dataset.index_dir}: info.json ({type(e).__name__}); rebuild it "
+                        "(build_index)") from None
+    if built != wanted:
         raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "
                         f"{wanted}; rebuild it (build_index) with these settings")
     return make(cfg.retriever, "retriever").load(cfg.dataset.index_dir)

@@ -40,6 +40,15 @@ def atomic_dir(target: str | Path):
     os.replace(tmp, target)
 
 
+def blocking_file(directory: str | Path) -> Path | None:
+    """The existing file (not a directory) at ``directory`` or above it that stops it being made, or None: checked
+    before a run writes anything, where the directory is made only later."""
+    for p in (Path(directory), *Path(directory).parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
 def write_json(path: str | Path, obj) -> None:
     write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False, sort_keys=False) + "\n")
 

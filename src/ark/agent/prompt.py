@@ -19,9 +19,13 @@ from ark.tools.toolbox import Toolbox, label
 PROMPTS = ("ark", "minimal")
 
 
-def system_prompt(toolbox: Toolbox, T_max: int, text_protocol: bool = False, prompt: str = "ark") -> str:
+def check_prompt(prompt: str) -> None:
     if prompt not in PROMPTS:
         raise UserError(f"prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
+
+
+def system_prompt(toolbox: Toolbox, T_max: int, text_protocol: bool = False, prompt: str = "ark") -> str:
+    check_prompt(prompt)
     g = toolbox.graph
     lines = [
         "You are a retrieval agent. You explore a knowledge graph to find the nodes that answer a question.",

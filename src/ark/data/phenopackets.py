@@ -323,6 +323,8 @@ def make_phenopacket_queries(
     for packet in packets:
         counts["read"] += 1
         case_id = str(packet.get("id", ""))
+        if not case_id:  # a query's id: GA4GH requires one
+            raise UserError(f"phenopacket {counts['read']}: no 'id'; expected GA4GH phenopacket JSON")
         with _structure(counts["read"], packet):
             query, reason = _make_query(packet, graph, node_of_key, genes_by_symbol, target)
         if reason is None and case_id in usable:

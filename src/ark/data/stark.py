@@ -55,8 +55,12 @@ def read_qa_csv(path: str | Path) -> list[dict]:
             if missing:
                 raise UserError(f"{path}: no column {', '.join(missing)} (header: {reader.fieldnames}); expected "
                                 "id,query,answer_ids")
+            seen = set()
             for row in reader:
                 queries.append(_qa_row(row, f"{path}:{reader.line_num}"))
+                if queries[-1]["id"] in seen:  # a split's id would name two questions
+                    raise UserError(f"{path}:{reader.line_num}: duplicate query id {queries[-1]['id']}")
+                seen.add(queries[-1]["id"])
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 text ({e.reason})") from None
     except csv.Error as e:

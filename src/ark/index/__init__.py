@@ -45,6 +45,15 @@ class Retriever:
     name: str
     params: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        import inspect
+
+        taken = inspect.signature(self.index_class.build).parameters
+        unknown = sorted(set(self.params) - set(taken) - {"docs"})
+        if unknown:
+            raise UserError(f"retriever.params has no setting {', '.join(unknown)}; valid: "
+                            f"{', '.join(k for k in taken if k != 'docs')}")
+
     @property
     def index_class(self) -> type:
         raise NotImplementedError
@@ -56,6 +65,8 @@ class Retriever:
         """The index in ``directory``; a damaged file is one clear error naming the directory."""
         try:
             return self.index_class.load(directory)
+        except UserError:  # already one clear line (no index there)
+            raise
         except (OSError, ValueError, KeyError, TypeError, EOFError) as e:  # json's, numpy's and scipy's errors
             why = " ".join(str(e).split())[:300]
             raise UserError(f"damaged {self.name} index at {directory} ({type(e).__name__}: {why}); rebuild it "
@@ -63,6 +74,14 @@ class Retriever:
 
 
 class BM25Retriever(Retriever):
+    def __post_init__(self):
+        super().__post_init__()
+        k1, b = self.params.get("k1", 1.2), self.params.get("b", 0.75)
+        if not _is_number(k1) or k1 < 0:
+            raise UserError(f"retriever.params.k1 must be a number >= 0, got {k1!r}")
+        if not _is_number(b) or not 0 <= b <= 1:
+            raise UserError(f"retriever.params.b must be a number in 0..1, got {b!r}")
+
     @property
     def index_class(self) -> type:
         from ark.index.bm25 import BM25Index
@@ -76,3 +95,7 @@ class DenseRetriever(Retriever):
         from ark.index.dense import DenseIndex
 
         return DenseIndex
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ark.errors import UserError
+from ark.io import blocking_file
 
 BUSY_TIMEOUT = 120.0  # seconds a write waits for another process's write to the same cache file
 log = logging.getLogger(__name__)
@@ -93,6 +94,10 @@ def check_cache_file(path: str | Path) -> None:
     one (checked read-only, before a run writes anything)."""
     path = Path(path)
     if not path.exists():
+        blocked = blocking_file(path.parent)
+        if blocked is not None:
+            raise UserError(f"llm.cache {path}: cannot be made there ({blocked} is a file, not a directory); point "
+                            "llm.cache elsewhere or set it to null")
         return
     if not path.is_file():
         raise UserError(f"llm.cache {path}: not a file (a directory?); point llm.cache at a file or set it to null")

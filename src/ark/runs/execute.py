@@ -62,7 +62,8 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     """Run (or resume) the ``stage`` run (``evaluate`` or ``collect``) that ``cfg`` identifies; its summary."""
     labels = stage != "collect"
     build.validate(cfg)
-    if cfg.eval.workers > 1 and build.backbone(cfg).one_process:
+    spec = build.backbone(cfg)  # a backbone config that names no class or a wrong key: before the run directory
+    if cfg.eval.workers > 1 and spec.one_process:
         raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
                         "process, and every worker would load and run its own copy")
     tools = build.toolbox(cfg)

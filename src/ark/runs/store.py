@@ -31,7 +31,7 @@ import yaml
 
 from ark.errors import UserError
 from ark.agent.records import QueryRecord
-from ark.io import hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
+from ark.io import blocking_file, hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.machine import cpu_name
 from ark.runs.identity import data_inputs, identity, run_name
 
@@ -111,6 +111,9 @@ class Run:
     def open(self) -> RecordStore:
         """Create or resume the run: its ``config.yaml`` must be this identity. The run stays locked against
         other processes until ``finish`` (or this process ends)."""
+        blocked = blocking_file(self.publish_dir) if self.publish_dir is not None else None
+        if blocked is not None:  # found now, not after the whole run
+            raise UserError(f"run.publish {self.publish_dir}: cannot make the directory there ({blocked} is a file)")
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # an existing file, a symlink loop, a read-only file system, no permission
@@ -182,6 +185,8 @@ def read_records(path: Path, allow_cut: bool = False) -> tuple[list[QueryRecord]
     damage, never dropped: one clear error. An incomplete last line is what a kill leaves; only ``allow_cut``
     (resuming) accepts it, and it is not read."""
     records, cut = [], 0
+    if not path.is_file():  # a directory; a FIFO would block
+        raise UserError(f"{path} is not a regular file; move it away (the run then starts over)")
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.endswith(b"\n"):  # only the last line can lack its newline
