@@ -467,3 +467,54 @@ def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
     cfg = compose_cfg(tiny_project + ["backbone=local_smollm2", "eval.workers=2"])
     with pytest.raises(UserError, match="embedded model computes in one process"):
         execute(cfg, "evaluate")
+
+
+# ------------------------------------------------------------------ rules: a case read finding by finding
+CASE = "A female patient presents with Tall stature, Arachnodactyly, Ectopia lentis. Not observed: Finding 3. "
+FINDING_WORDS = {"disease": ["disease"], "gene/protein": ["gene"], "effect/phenotype": ["phenotype"]}
+
+
+def test_case_findings_are_the_listed_items_before_the_question_without_the_absent_ones():
+    from ark.agent.policies import case_findings
+
+    assert case_findings(CASE + "Which disease best explains these findings?") == \
+        ["Tall stature", "Arachnodactyly", "Ectopia lentis"]
+    assert case_findings("Which diseases show 'Pyramidal tract signs' together with brisk reflexes?") == []
+    assert case_findings(CASE) == []  # no question
+    assert case_findings("A patient presents with Seizure, Seizure. Which disease?") == ["Seizure"]
+
+
+def test_findings_are_anchored_by_name_explored_and_voted_to_the_answer():
+    tb = toolbox()
+    query = CASE + "Which disease best explains these findings?"
+    calls = rules_calls(RulesPolicy(tb, FINDING_WORDS, findings=30), tb, query, 0)
+    searches = [a["query"] for n, a in calls if n == "search_in_graph"]
+    assert searches == [query, "Tall stature", "Arachnodactyly", "Ectopia lentis"]
+    explored = [(a["node_index"], a["node_type"]) for n, a in calls if n == "search_in_neighborhood"]
+    assert explored == [(2, "disease"), (3, "disease"), (4, "disease")]  # the phenotypes named as the findings
+    answer = [a["answer_nodes"] for n, a in calls if n == "add_to_answer"][0]
+    assert answer[0]["node_index"] == 0  # Marfan: the only disease all three findings reach
+    # capped: only the first finding is anchored
+    capped = rules_calls(RulesPolicy(tb, FINDING_WORDS, findings=1), tb, query, 0)
+    assert [a["query"] for n, a in capped if n == "search_in_graph"] == [query, "Tall stature"]
+    # sampling agents each keep at least one finding, reproducibly
+    hot = [rules_calls(RulesPolicy(tb, FINDING_WORDS, findings=30, temperature=0.7), tb, query, a) for a in range(3)]
+    assert hot == [rules_calls(RulesPolicy(tb, FINDING_WORDS, findings=30, temperature=0.7), tb, query, a)
+                   for a in range(3)]
+    assert all(sum(n == "search_in_graph" for n, _ in c) >= 2 and c[-1][0] == "finish" for c in hot)
+
+
+def test_findings_reach_genes_through_diseases_and_off_means_the_plain_policy():
+    tb = toolbox()
+    query = CASE + "Which gene is most likely causal?"
+    calls = rules_calls(RulesPolicy(tb, FINDING_WORDS, findings=30, via={"gene/protein": "disease"}), tb, query, 0)
+    explored = [(a["node_index"], a["node_type"]) for n, a in calls if n == "search_in_neighborhood"]
+    assert explored[:3] == [(2, "disease"), (3, "disease"), (4, "disease")] and explored[3:] == [(0, "gene/protein")]
+    assert [a["answer_nodes"] for n, a in calls if n == "add_to_answer"][0][0]["node_index"] == 1  # FBN1
+    # off by default: one search for the question, none per finding
+    plain = rules_calls(RulesPolicy(tb, FINDING_WORDS), tb, query, 0)
+    assert [a["query"] for n, a in plain if n == "search_in_graph"] == [query]
+    # a budget of 2 steps answers with what the first reply showed, and finishes
+    traj = asyncio.run(run_agent(RulesPolicy(tb, FINDING_WORDS, findings=30, T_max=2).session(query, 0), tb, query,
+                                 T_max=2, agent=0))
+    assert traj.finished and traj.steps == 2

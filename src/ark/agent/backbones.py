@@ -45,6 +45,10 @@ class RulesBackbone:
     max_answer: int = 20
     temperature: float = 0.0
     answer_order: str = "ranked"
+    findings: int = 0
+    via: dict = field(default_factory=dict)
+    bridge: int = 5
+    vote_weight: float = 0.5
     text_protocol: ClassVar[bool] = False
     one_process: ClassVar[bool] = False  # False: worker processes may each run it
 
@@ -59,7 +63,9 @@ class RulesBackbone:
             yield RulesV1Policy(tools, self.type_words, self.search_size, self.expand, self.max_answer, T_max=T_max)
             return
         yield RulesPolicy(tools, self.type_words, self.search_size, self.expand, self.max_answer,
-                          temperature=self.temperature, seed=seed, answer_order=self.answer_order, T_max=T_max)
+                          temperature=self.temperature, seed=seed, answer_order=self.answer_order, T_max=T_max,
+                          findings=self.findings, via=self.via, bridge=self.bridge,
+                          vote_weight=self.vote_weight)
 
 
 @dataclass

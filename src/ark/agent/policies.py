@@ -16,6 +16,17 @@ whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant messag
   which made a distilled SmolLM2 loop over node ids instead of closing its answer list. Given the agent's step
   budget ``T_max`` (as the system prompt tells a model), it answers at its last step with what it has found, so a
   budget of 2 answers with the global hits alone (a budget of 3 or more never reaches that point).
+
+With ``findings`` > 0, a question that follows a list of findings ("... presents with A, B, C. Not observed: D.
+Which disease ...?") is explored finding by finding, as a clinician reads a case: the first reply searches the whole
+question and each listed finding (its best node is the finding's anchor); the next explores each anchor's
+neighborhood of the answer type, ranked by the whole question; a node scores by the anchors that reach it, each
+anchor weighted by how specific it is (the log of the answer type's size over the anchor's neighbor count, as the
+observation states it) times ``vote_weight``, plus its relevance to the question as an observation showed it. Where
+the findings reach the answer type only through another type (``via``, e.g. genes through diseases), the best
+``bridge`` nodes of that type are explored for the answer type and rank what they reach. A sampling agent keeps
+each finding with probability 1 - t/4 (at least one).
+Questions without such a list are explored as above, unchanged.
 """
 from __future__ import annotations
 
@@ -58,6 +69,32 @@ def scripted_reply(calls: list[tuple[str, dict]], first_id: int) -> LLMResult:
         for i, (name, args) in enumerate(calls)]})
 
 
+_NEGATED = ("not observed", "no ", "not ", "absent", "excluded", "without")
+
+
+def case_findings(query: str) -> list[str]:
+    """The findings a case description lists before its question: the comma-separated items of each statement
+    (after its last " with ", if any), leaving out statements of absent findings ("Not observed: ..."). A text with
+    no '?' or no statement before it lists none. Linear in the text's length."""
+    end = query.rfind("?")
+    start = max(query.rfind(c, 0, end) for c in ".?!") if end >= 0 else -1
+    if start <= 0:
+        return []
+    found = []
+    for statement in query[:start].split(". "):
+        statement = statement.strip().rstrip(".")
+        if not statement or statement.lower().startswith(_NEGATED):
+            continue
+        head, sep, tail = statement.rpartition(" with ")
+        found += [f.strip() for f in (tail if sep else statement).split(",") if f.strip()]
+    return list(dict.fromkeys(found))
+
+
+ANCHOR_HITS = 5  # global hits looked at for a finding's anchor
+_LINE_SCORE = re.compile(r'\[\d+\] [^|]*\| "(?:[^"\\]|\\.)*" \| score (-?\d+(?:\.\d+)?)')
+_SHOWN = re.compile(r": showing \d+ of (\d+),")
+
+
 def answer_type(query: str, type_words: dict[str, list[str]]) -> str | None:
     """The node type whose words appear earliest in the question sentence (None if none does).
 
@@ -82,7 +119,8 @@ class RulesPolicy:
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
                  max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked",
-                 T_max: int | None = None):
+                 T_max: int | None = None, findings: int = 0, via: dict | None = None, bridge: int = 5,
+                 vote_weight: float = 0.5):
         if answer_order not in ANSWER_ORDERS:
             raise ValueError(f"answer_order must be one of {', '.join(ANSWER_ORDERS)}, not {answer_order!r}")
         self.toolbox = toolbox
@@ -91,6 +129,7 @@ class RulesPolicy:
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
         self.temperature, self.seed = temperature, seed
         self.T_max = T_max
+        self.findings, self.via, self.bridge, self.vote_weight = findings, dict(via or {}), bridge, vote_weight
 
     def answer_type(self, query: str) -> str | None:
         return answer_type(query, self.type_words)
@@ -98,6 +137,9 @@ class RulesPolicy:
     def session(self, query: str, agent: int) -> "_RulesSession":
         # a string seed is hashed with sha512: the same stream in every process, whatever PYTHONHASHSEED is
         rng = random.Random(f"{self.seed}/{agent}/{query}") if self.temperature > 0 else None
+        findings = case_findings(query) if self.findings else []
+        if findings and self.toolbox.config.neighbors and self.answer_type(query) is not None:
+            return _FindingsSession(self, query, findings[: self.findings], rng)
         return _RulesSession(self, query, rng)
 
 
@@ -121,6 +163,20 @@ class _RulesSession:
         self.n_calls += len(calls)
         return reply
 
+    def _explore(self, nodes: list[int], node_type: str) -> LLMResult:
+        """One reply exploring each node's neighborhood for ``node_type``, ranked by the question (as the tool set
+        allows: no query or no type filter in those ablations)."""
+        cfg = self.p.toolbox.config
+        calls = []
+        for v in nodes:
+            args = {"node_index": v}
+            if cfg.query_param:
+                args["query"] = self.query
+            if cfg.type_filters:
+                args["node_type"] = node_type
+            calls.append(("search_in_neighborhood", args))
+        return self._reply(calls)
+
     async def act(self, messages, observations) -> LLMResult:
         p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
         self.steps += 1
@@ -142,15 +198,7 @@ class _RulesSession:
             sources = sources[:n]
             if sources and cfg.neighbors and self.target is not None and not last_step:
                 self.phase = "answer"
-                calls = []
-                for v in sources:
-                    args = {"node_index": v}
-                    if cfg.query_param:
-                        args["query"] = self.query
-                    if cfg.type_filters:
-                        args["node_type"] = self.target
-                    calls.append(("search_in_neighborhood", args))
-                return self._reply(calls)
+                return self._explore(sources, self.target)
             observations = []
         # answer and finish in one reply
         typed = [v for v in self.hits if self.target is None or g.type_name(v) == self.target]
@@ -164,3 +212,104 @@ class _RulesSession:
         calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
         self.phase = "done"
         return self._reply(calls + [("finish", {})])
+
+
+class _FindingsSession(_RulesSession):
+    """A case read finding by finding (``RulesPolicy`` with ``findings``): search the question and each finding,
+    explore the anchors' neighborhoods (through ``via`` where the answer type is not next to them), score, answer."""
+
+    def __init__(self, policy: RulesPolicy, query: str, findings: list[str], rng: random.Random | None = None):
+        super().__init__(policy, query, rng)
+        if rng:
+            keep = [f for f in findings if rng.random() >= self.t / 4]
+            findings = keep or findings[:1]
+        self.findings = findings
+        self.via = policy.via.get(self.target)
+        self.relevance: dict[int, float] = {}  # a node's relevance to the question, as an observation showed it
+        self.votes: dict[int, float] = {}  # the specificity of the explored nodes whose neighborhoods show it
+
+    def _read(self, observations, node_type: str, weights: list[float] | None = None) -> None:
+        """Add what ``observations`` show of the nodes of ``node_type``: their scores (relevance), and for a
+        neighborhood, its weight times its center's specificity (log of the type's size over the center's neighbor
+        count of that type, as the observation states it) to each node it shows (votes)."""
+        g = self.p.toolbox.graph
+        size = g.counts_by_type().get(node_type, 0)
+        for i, obs in enumerate(observations):
+            if obs.error is not None:
+                continue
+            shown = _SHOWN.search(obs.text)
+            specific = (weights[i] if weights else 1.0) * (math.log((size + 1) / (int(shown.group(1)) + 1)) + 1.0) \
+                if shown else 0.0
+            for v in obs.nodes:
+                if g.type_name(v) != node_type:
+                    continue
+                score = _score_of(obs.text, v)
+                if score is not None:
+                    self.relevance[v] = max(self.relevance.get(v, score), score)
+                self.votes[v] = self.votes.get(v, 0.0) + specific
+
+    def _ranked(self, node_type: str) -> list[int]:
+        g, w = self.p.toolbox.graph, self.p.vote_weight
+        nodes = [v for v in dict.fromkeys([*self.relevance, *self.votes]) if g.type_name(v) == node_type]
+        total = {v: self.relevance.get(v, 0.0) + w * self.votes.get(v, 0.0) for v in nodes}
+        return sorted(nodes, key=lambda v: -total[v])
+
+    async def act(self, messages, observations) -> LLMResult:
+        p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
+        self.steps += 1
+        last_step = p.T_max is not None and self.steps >= p.T_max
+        if self.phase == "search":
+            self.phase = "anchors"
+            size = p.search_size
+            if self.rng:
+                size = max(1, round(size * 2 ** self.rng.uniform(-self.t, self.t)))
+            return self._reply([("search_in_graph", {"query": self.query, "size": min(size, cfg.global_k_max)})]
+                               + [("search_in_graph", {"query": f, "size": ANCHOR_HITS}) for f in self.findings])
+        if self.phase == "anchors":
+            self.hits = observations[0].nodes if observations else []
+            for node_type in dict.fromkeys([self.target, self.via or self.target]):
+                self._read(observations[:1], node_type)
+            # a finding's anchor: the hit named as the finding is, else its best hit; never of the answer type (a
+            # finding describes the case, it is not an answer)
+            anchors = []
+            for finding, obs in zip(self.findings, observations[1:]):
+                hits = [v for v in (obs.nodes if obs.error is None else []) if g.type_name(v) != self.target]
+                named = [v for v in hits if str(g.name[v]).lower() == finding.lower()]
+                anchors += (named or hits)[:1]
+            anchors = list(dict.fromkeys(anchors))
+            if anchors and not last_step:
+                self.phase = "bridge" if self.via else "answer"
+                return self._explore(anchors, self.via or self.target)
+        elif self.phase == "bridge":
+            self._read(observations, self.via)
+            best = self._ranked(self.via)[: p.bridge]
+            if best and not last_step:
+                self.phase = "answer"
+                self.bridged = best
+                return self._explore(best, self.target)
+        elif self.phase == "answer":
+            if self.via:  # a node of the answer type takes the best score of the explored nodes it neighbors
+                self.relevance, self.votes = {}, {}
+                for rank, obs in zip(range(len(self.bridged)), observations):
+                    for v in (obs.nodes if obs.error is None else []):
+                        if g.type_name(v) == self.target and v not in self.votes:
+                            self.votes[v] = float(len(self.bridged) - rank)
+            else:
+                self._read(observations, self.target)
+        nodes = self._ranked(self.target)
+        if self.rng and p.answer_order == "sampled":
+            nodes = _sample_order(nodes, self.t, self.rng)
+        nodes = nodes[: p.max_answer] or self.hits[:1]
+        calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
+        self.phase = "done"
+        return self._reply(calls + [("finish", {})])
+
+
+def _score_of(text: str, v: int) -> float | None:
+    """The score an observation line shows for node ``v`` (None if it shows none)."""
+    at = text.find(f"\n[{v}] ")
+    if at < 0:
+        return None
+    line = text[at + 1: text.find("\n", at + 1) if text.find("\n", at + 1) > 0 else len(text)]
+    m = _LINE_SCORE.match(line)
+    return float(m.group(1)) if m else None
