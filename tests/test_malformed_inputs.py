@@ -436,3 +436,26 @@ def test_a_record_appended_twice_is_kept_once_with_a_warning(template, tmp_path,
     assert result["n_queries"] == 3
     metrics = json.loads(next((template / RUN).glob("*/metrics.json")).read_text())
     assert {k: result[k] for k in metrics} == metrics
+
+
+def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, tmp_path, capsys, monkeypatch):
+    """As root no chmod makes a directory unwritable, so the file system's refusal (EROFS) is what mkdir raises."""
+    import errno
+    from ark.stages import clear_errors, evaluate
+
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(p / "ro")):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    before = snapshot(p)
+    with pytest.raises(SystemExit) as exit_:
+        clear_errors(evaluate.run)(compose_cfg(paths(p) + BASE + [f"run.root={p}/ro/runs"]))
+    lines = "".join(capsys.readouterr()).strip().splitlines()
+    assert exit_.value.code == 2 and len(lines) == 1 and "Read-only file system" in lines[0], lines
+    assert snapshot(p) == before

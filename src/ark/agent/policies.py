@@ -163,6 +163,27 @@ class _RulesSession:
         self.n_calls += len(calls)
         return reply
 
+    def _next_step(self) -> bool:
+        """Count a step; whether it is the agent's last."""
+        self.steps += 1
+        return self.p.T_max is not None and self.steps >= self.p.T_max
+
+    def _question_search(self) -> tuple[str, dict]:
+        """The global search for the whole question (its size sampled by a sampling agent)."""
+        size = self.p.search_size
+        if self.rng:
+            size = max(1, round(size * 2 ** self.rng.uniform(-self.t, self.t)))
+        return "search_in_graph", {"query": self.query, "size": min(size, self.p.toolbox.config.global_k_max)}
+
+    def _answer(self, nodes: list[int]) -> LLMResult:
+        """Add ``nodes`` (at most ``max_answer``; a sampling agent may perturb their order) and finish."""
+        if self.rng and self.p.answer_order == "sampled":
+            nodes = _sample_order(nodes, self.t, self.rng)
+        nodes = nodes[: self.p.max_answer] or self.hits[:1]
+        calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
+        self.phase = "done"
+        return self._reply(calls + [("finish", {})])
+
     def _explore(self, nodes: list[int], node_type: str) -> LLMResult:
         """One reply exploring each node's neighborhood for ``node_type``, ranked by the question (as the tool set
         allows: no query or no type filter in those ablations)."""
@@ -179,14 +200,10 @@ class _RulesSession:
 
     async def act(self, messages, observations) -> LLMResult:
         p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
-        self.steps += 1
-        last_step = p.T_max is not None and self.steps >= p.T_max
+        last_step = self._next_step()
         if self.phase == "search":
             self.phase = "expand"
-            size = p.search_size
-            if self.rng:
-                size = max(1, round(size * 2 ** self.rng.uniform(-self.t, self.t)))
-            return self._reply([("search_in_graph", {"query": self.query, "size": min(size, cfg.global_k_max)})])
+            return self._reply([self._question_search()])
         if self.phase == "expand":
             self.hits = observations[0].nodes if observations else []
             sources = [v for v in self.hits if g.type_name(v) != self.target]
@@ -206,12 +223,7 @@ class _RulesSession:
         interleaved = [lst[i] for i in range(max(map(len, ranked), default=0)) for lst in ranked if i < len(lst)]
         nodes = list(dict.fromkeys(typed + [v for v in interleaved
                                             if self.target is None or g.type_name(v) == self.target]))
-        if self.rng and p.answer_order == "sampled":
-            nodes = _sample_order(nodes, self.t, self.rng)
-        nodes = nodes[: p.max_answer] or self.hits[:1]
-        calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
-        self.phase = "done"
-        return self._reply(calls + [("finish", {})])
+        return self._answer(nodes)
 
 
 class _FindingsSession(_RulesSession):
@@ -255,15 +267,11 @@ class _FindingsSession(_RulesSession):
         return sorted(nodes, key=lambda v: -total[v])
 
     async def act(self, messages, observations) -> LLMResult:
-        p, g, cfg = self.p, self.p.toolbox.graph, self.p.toolbox.config
-        self.steps += 1
-        last_step = p.T_max is not None and self.steps >= p.T_max
+        p, g = self.p, self.p.toolbox.graph
+        last_step = self._next_step()
         if self.phase == "search":
             self.phase = "anchors"
-            size = p.search_size
-            if self.rng:
-                size = max(1, round(size * 2 ** self.rng.uniform(-self.t, self.t)))
-            return self._reply([("search_in_graph", {"query": self.query, "size": min(size, cfg.global_k_max)})]
+            return self._reply([self._question_search()]
                                + [("search_in_graph", {"query": f, "size": ANCHOR_HITS}) for f in self.findings])
         if self.phase == "anchors":
             self.hits = observations[0].nodes if observations else []
@@ -297,12 +305,7 @@ class _FindingsSession(_RulesSession):
             else:
                 self._read(observations, self.target)
         nodes = self._ranked(self.target)
-        if self.rng and p.answer_order == "sampled":
-            nodes = _sample_order(nodes, self.t, self.rng)
-        nodes = nodes[: p.max_answer] or self.hits[:1]
-        calls = [("add_to_answer", {"answer_nodes": [{"node_index": v} for v in nodes]})] if nodes else []
-        self.phase = "done"
-        return self._reply(calls + [("finish", {})])
+        return self._answer(nodes)
 
 
 def _score_of(text: str, v: int) -> float | None:
