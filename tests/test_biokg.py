@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -283,3 +284,47 @@ def test_case_publications_reads_every_pmid_of_every_case():
     packets = [{"metaData": {"externalReferences": [{"id": "PMID:1"}, {"id": "DOI:x"}, {"id": "PMID:2"}]}},
                {"metaData": {}}, {"id": "case"}]
     assert case_publications(packets) == {"PMID:1", "PMID:2"}
+
+
+def test_the_cut_follows_the_split_asked_about(tmp_path):
+    """An annotation citing a test case's publication and a train case's stays; one citing only the test case's
+    goes; cutting for every case drops both. The graph's summary names the file and the split it was cut for."""
+    from ark.data.phenopackets import excluded_publications
+    from ark.data.queries import split_of
+
+    test_pmid, train_pmid = "PMID:9900000", "PMID:9900001"  # first references: they decide each case's split
+    assert split_of(test_pmid) == "test" and split_of(train_pmid) == "train"
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"id": i, "metaData": {"externalReferences": [{"id": p} for p in refs]}}) + "\n"
+                             for i, refs in (("t", [test_pmid, "PMID:33436942"]), ("r", [train_pmid, "PMID:26903188"]))))
+    # the annotations citing the test case's publication and the train case's, and those citing the test case's alone
+    both = {(s, r, d) for s, r, d in _annotations("PMID:33436942") if {"PMID:26903188"} <= _refs(s, d)}
+    only_test = {(s, r, d) for s, r, d in _annotations("PMID:33436942") if _refs(s, d) == {"PMID:33436942"}}
+    assert both and only_test
+
+    pmids, source = excluded_publications(cases, ["test"])
+    assert pmids == {test_pmid, "PMID:33436942"} and source["splits"] == ["test"]
+    lpo = build_biokg(FILES, ["disease", "gene/protein"], 100, exclude_publications=pmids, excluded_source=source)
+    kept = {(lpo.key[s], lpo.relation_names[r], lpo.key[d]) for s, d, r in zip(lpo.src, lpo.dst, lpo.edge_rel)}
+    assert both <= kept and not only_test & kept
+    assert lpo.summary()["excluded"]["source"] == {**source, "file": "cases.jsonl"}
+
+    everyone, source = excluded_publications(cases)  # every case of the file, train included
+    assert source["splits"] is None
+    lpo = build_biokg(FILES, ["disease", "gene/protein"], 100, exclude_publications=everyone, excluded_source=source)
+    kept = {(lpo.key[s], lpo.relation_names[r], lpo.key[d]) for s, d, r in zip(lpo.src, lpo.dst, lpo.edge_rel)}
+    assert not (both | only_test) & kept
+
+
+def _refs(disease: str, hpo_id: str) -> set[str]:
+    hpoa = pd.read_csv(FILES["phenotype.hpoa"], sep="\t", comment="#", dtype=str, keep_default_na=False)
+    rows = hpoa[(hpoa.database_id == disease) & (hpoa.hpo_id == hpo_id) & (hpoa.aspect == "P")
+                & (hpoa.qualifier != "NOT")]
+    return {r for refs in rows.reference for r in refs.split(";")}
+
+
+def _annotations(pmid: str) -> set[tuple[str, str, str]]:
+    """The present-phenotype annotations (disease, relation, phenotype) one of whose references is ``pmid``."""
+    hpoa = pd.read_csv(FILES["phenotype.hpoa"], sep="\t", comment="#", dtype=str, keep_default_na=False)
+    rows = hpoa[hpoa.reference.str.contains(pmid, regex=False) & (hpoa.aspect == "P") & (hpoa.qualifier != "NOT")]
+    return {(d, "phenotype present", h) for d, h in zip(rows.database_id, rows.hpo_id)}

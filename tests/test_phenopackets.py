@@ -301,3 +301,57 @@ def test_real_file_first_200(shared_dir):
     assert counts["kept"] == 200 - sum(counts[r] for r in SKIP_REASONS)
     assert counts["kept"] >= 190
     assert all(q["query"].startswith(("A female patient", "A male patient", "A patient")) for qs in splits.values() for q in qs)
+
+
+# ---------------------------------------------------------------- answerable cases, and the split a graph was cut for
+def _answerable_graph():
+    """P: a phenotype; A: a disease annotated with P; B: a disease without annotations; G1, G2: their genes."""
+    types = ["disease", "gene/protein", "effect/phenotype"]
+    nodes = [("effect/phenotype", "P"), ("disease", "A"), ("disease", "B"), ("gene/protein", "G1"),
+             ("gene/protein", "G2")]
+    return Graph.from_tables(node_type_names=types, relation_names=["phenotype present", "associated with"],
+                             node_type=[types.index(t) for t, _ in nodes], key=[k for _, k in nodes],
+                             name=[k for _, k in nodes], fields=[{}] * len(nodes),
+                             src=[1, 3, 4], dst=[0, 1, 2], edge_rel=[0, 1, 1])
+
+
+def test_a_case_is_answerable_when_its_gold_disease_keeps_a_phenotype():
+    from ark.data.phenopackets import PhenopacketQueries
+
+    g = _answerable_graph()
+    disease = PhenopacketQueries(name="phenopackets", kind="phenopackets", source="x", target="disease")
+    assert disease.answerable(g, [1]) and not disease.answerable(g, [2]) and disease.answerable(g, [2, 1])
+    gene = PhenopacketQueries(name="phenopackets_gene", kind="phenopackets", source="x", target="gene")
+    assert gene.answerable(g, [3]) and not gene.answerable(g, [4])  # G2's only disease, B, has no phenotype
+
+
+def test_metrics_on_the_answerable_subset_sit_beside_the_whole_split():
+    from ark.agent.records import QueryRecord
+    from ark.eval.score import score_records
+
+    records = [QueryRecord(id=i, query="q", ranking=r) for i, r in (("a", [1]), ("b", [2]), ("c", [5]))]
+    gold = {"a": [1], "b": [9], "c": [5]}
+    rows, metrics = score_records(records, gold, ["hit@1"], answerable={"a": True, "b": True, "c": False})
+    assert [r["answerable"] for r in rows] == [True, True, False]
+    assert metrics["hit@1"] == pytest.approx(2 / 3) and metrics["answerable/hit@1"] == 0.5
+    assert metrics["n_answerable"] == 2 and metrics["n_queries"] == 3
+    assert "n_answerable" not in score_records(records, gold, ["hit@1"])[1]  # a query set without the notion
+
+
+def test_a_graph_cut_for_the_test_cases_refuses_the_validation_split(tmp_path):
+    from ark import build
+    from ark.data.phenopackets import source_identity
+    from ark.errors import UserError
+    from tests.conftest import compose_cfg
+
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(packet("c1", pmid="PMID:1")) + "\n")
+    g = _answerable_graph()
+    g.meta["excluded"] = {"source": {**source_identity(cases), "splits": ["test"], "split_fractions": [0.6, 0.2, 0.2]}}
+    base = ["queries=phenopackets", f"queries.source={cases}", f"paths.data={tmp_path}/data"]
+    with pytest.raises(UserError, match="test cases .* not those of split=val"):
+        build.queries(compose_cfg(base + ["split=val"]), g)
+    with pytest.raises(UserError, match="not those of split=test with queries.split_fractions"):
+        build.queries(compose_cfg(base + ["split=test", "queries.split_fractions=[0.5,0.25,0.25]"]), g)
+    with pytest.raises(UserError, match="no queries|no query file|not found|No such"):  # the cut fits: on to the file
+        build.queries(compose_cfg(base + ["split=test"]), g)

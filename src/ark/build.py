@@ -155,11 +155,19 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
     source = cfg.queries.get("source")
     if left_out and source:
         from ark.data.phenopackets import source_identity
+        from ark.data.queries import parse_split
 
-        if source_identity(source) != left_out:
+        if source_identity(source) != {k: left_out[k] for k in ("file", "sha256")}:
             raise UserError(f"{cfg.dataset.name} leaves out the publications of {left_out['file']} "
                             f"(sha256 {str(left_out['sha256'])[:12]}…), but queries.source is {source}: rebuild "
                             "the graph with dataset.exclude_publications_of set to it")
+        splits, fractions = left_out.get("splits"), left_out.get("split_fractions")
+        if splits is not None and (parse_split(cfg.split)[0] not in splits or [
+                float(f) for f in cfg.queries.get("split_fractions") or ()] != fractions):
+            raise UserError(f"{cfg.dataset.name} leaves out the publications of the {'/'.join(splits)} cases "
+                            f"(split_fractions {fractions}), not those of split={cfg.split} with "
+                            f"queries.split_fractions {list(cfg.queries.get('split_fractions') or ())}: use a "
+                            "graph cut for this split (dataset.exclude_splits)")
     num_nodes = graph.num_nodes
     rows = load_queries(cfg.dataset.queries_dir, cfg.split, cfg.subset_seed)
     if not labels:

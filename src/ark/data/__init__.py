@@ -40,3 +40,8 @@ class QuerySet:
     def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
         """({split: rows}, statistics) for ``dataset`` (its config: the built graph is at ``dataset.graph_dir``)."""
         raise NotImplementedError
+
+    def answerable(self, graph, answer_ids: list[int]) -> bool | None:
+        """Whether a query's gold can be reached in ``graph`` at all (None: the query set has no such notion). Used
+        in scoring only, never shown to an agent."""
+        return None

@@ -17,7 +17,7 @@ import tempfile
 import urllib.request
 import zipfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -419,11 +419,25 @@ def build_from_raw(raw_dir: str | Path, artefacts: dict, doc_relation_types: lis
 @dataclass(kw_only=True)
 class BioKG(Dataset):
     """HPO + GO + NCBI Gene from pinned packages (``artefacts``); ``exclude_publications_of``: a phenopacket file
-    whose cases' publications the graph leaves out (the leave-publication-out graph)."""
+    whose cases' publications the graph leaves out (the leave-publication-out graph): those of the cases in the query
+    splits ``exclude_splits`` (cut with ``exclude_split_fractions``, the query sets' ``split_fractions``), or of every
+    case when it is null."""
 
     documents: dict
     artefacts: dict
     exclude_publications_of: str | None = None
+    exclude_splits: list | None = None
+    exclude_split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
+
+    def __post_init__(self):
+        from ark.data.queries import SPLITS, require_fractions
+
+        if self.exclude_splits is not None:
+            if isinstance(self.exclude_splits, str) or not set(self.exclude_splits) <= set(SPLITS) \
+                    or not self.exclude_splits:
+                raise UserError(f"dataset.exclude_splits must be null or a list of {', '.join(SPLITS)}, got "
+                                f"{self.exclude_splits!r}")
+            require_fractions("dataset.exclude_split_fractions", self.exclude_split_fractions)
 
     def download(self, mirror: str | None = None) -> dict[str, str]:
         return download_sources(self.artefacts, self.raw_dir)
@@ -431,9 +445,9 @@ class BioKG(Dataset):
     def build_graph(self):
         excluded, source = None, None
         if self.exclude_publications_of:
-            from ark.data.phenopackets import case_publications, read_phenopackets, source_identity
+            from ark.data.phenopackets import excluded_publications
 
-            excluded = case_publications(read_phenopackets(self.exclude_publications_of))
-            source = source_identity(self.exclude_publications_of)
+            excluded, source = excluded_publications(self.exclude_publications_of, self.exclude_splits,
+                                                     self.exclude_split_fractions)
         return build_from_raw(self.raw_dir, self.artefacts, list(self.documents["relation_types"]),
                               self.documents["max_per_relation"], excluded, source)

@@ -33,6 +33,7 @@ from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.graph.graph import Graph
 
 MAX_EXCLUDED = 10
+PHENOTYPE = "effect/phenotype"  # the node type of the findings a case lists
 QUESTIONS = {
     "disease": "Which disease best explains these findings?",
     "gene": "Which gene is most likely causal for these findings?",
@@ -260,11 +261,15 @@ def convert_release(archive: str | os.PathLike, out: str | os.PathLike, case_ids
     return len(lines)
 
 
-def case_publications(packets) -> set[str]:
-    """Every ``PMID:`` a case of the source cites (all of its external references, not only the first)."""
+def case_publications(packets, splits=None, split_fractions=(0.6, 0.2, 0.2)) -> set[str]:
+    """Every ``PMID:`` a case of the source cites (all of its external references, not only the first); with
+    ``splits``, only the cases of those query splits (a case's split: ``split_of`` its publication, as
+    ``make_phenopacket_queries`` assigns it with the same ``split_fractions``)."""
     pmids = set()
     for n, packet in enumerate(packets, 1):
         with _structure(n, packet):
+            if splits is not None and split_of(pmid_of(packet), split_fractions) not in splits:
+                continue
             pmids |= {str(ref.get("id")) for ref in (packet.get("metaData") or {}).get("externalReferences") or []
                       if str(ref.get("id") or "").startswith("PMID:")}
     return pmids
@@ -283,6 +288,16 @@ def _structure(n: int, packet: dict):
 def sex_of(packet: dict) -> str | None:
     sex = (packet.get("subject") or {}).get("sex")
     return {"FEMALE": "female", "MALE": "male"}.get(sex)
+
+
+def excluded_publications(path, splits=None, split_fractions=(0.6, 0.2, 0.2)) -> tuple[set[str], dict]:
+    """The publications a leave-publication-out graph leaves out (those of the cases of ``splits`` in the phenopacket
+    file ``path``; every case where ``splits`` is None), and what it records of the cut: the file, its sha256, the
+    splits and their fractions."""
+    splits = None if splits is None else sorted(splits)
+    fractions = [float(f) for f in split_fractions]
+    pmids = case_publications(read_phenopackets(path), splits, fractions)
+    return pmids, {**source_identity(path), "splits": splits, "split_fractions": fractions if splits else None}
 
 
 # ---------------------------------------------------------------- queries
@@ -418,6 +433,16 @@ class PhenopacketQueries(QuerySet):
     target: str = "disease"
     cap_per_disease: int = 5
     split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
+
+    def answerable(self, graph, answer_ids: list[int]) -> bool:
+        """A case is answerable from its findings when its gold disease (for a gene: a disease of the gold gene)
+        keeps at least one phenotype annotation in ``graph`` (a leave-publication-out graph may have removed all)."""
+        def annotated(v: int) -> bool:
+            return PHENOTYPE in {graph.type_name(int(u)) for u in graph.nbr[graph.neighbors(v)]}
+
+        diseases = answer_ids if self.target == "disease" else [
+            int(u) for v in answer_ids for u in graph.nbr[graph.neighbors(v)] if graph.type_name(int(u)) == "disease"]
+        return any(annotated(v) for v in diseases)
 
     def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
         from ark.graph import load_graph

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, open_dict
 from tqdm import tqdm
 
 from ark import build
+from ark.config import make
 from ark.agent.runner import AgentConfig, run_queries, run_query
 from ark.errors import IncompleteRun, UserError
 from ark.eval.metrics import as_candidates
@@ -116,10 +117,18 @@ def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], ran
     records = store.finalize([q["id"] for q in queries])
     candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
     scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
-                                    candidates)
+                                    candidates, answerable(cfg, graph, queries))
     run.finish(scores, metrics, {})
     run.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     return {**metrics, "run_dir": str(run.dir)}
+
+
+def answerable(cfg: DictConfig, graph, queries: list[dict]) -> dict[str, bool]:
+    """Whether each query's gold is reachable in ``graph`` (the query set's ``answerable``; empty where it has no
+    such notion): scored beside the whole split, never shown to an agent."""
+    query_set = make(cfg.queries, "queries")
+    known = {q["id"]: query_set.answerable(graph, q["answer_ids"]) for q in queries}
+    return {k: v for k, v in known.items() if v is not None}
 
 
 class Scoring:
@@ -130,13 +139,14 @@ class Scoring:
         self.metrics = list(cfg.metrics)
         self.gold = {q["id"]: q["answer_ids"] for q in queries}
         self.candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+        self.answerable = answerable(cfg, graph, queries)
         self.rows: dict[str, tuple[QueryRecord, dict]] = {}
 
     def row(self, record: QueryRecord) -> dict:
         seen = self.rows.get(record.id)
         if seen is None or seen[0] is not record:
             seen = self.rows[record.id] = (record, score_row(record, self.gold[record.id], self.metrics,
-                                                             self.candidates))
+                                                             self.candidates, self.answerable.get(record.id)))
         return seen[1]
 
     def running(self, record: QueryRecord) -> dict:
