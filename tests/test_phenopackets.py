@@ -355,3 +355,18 @@ def test_a_graph_cut_for_the_test_cases_refuses_the_validation_split(tmp_path):
         build.queries(compose_cfg(base + ["split=test", "queries.split_fractions=[0.5,0.25,0.25]"]), g)
     with pytest.raises(UserError, match="no queries|no query file|not found|No such"):  # the cut fits: on to the file
         build.queries(compose_cfg(base + ["split=test"]), g)
+
+
+def test_the_lpo_table_counts_the_answerable_cases_of_the_split_each_graph_was_cut_for(tmp_path):
+    from ark.io import write_jsonl
+    from ark.report.tables import table_lpo
+
+    full, cut = _answerable_graph(), _answerable_graph()
+    cut.meta["excluded"] = {"source": {"file": "x", "sha256": "y", "splits": ["test"]}, "publications": 3,
+                            "annotations_removed": 4, "diseases_left_without_phenotypes": 1}
+    for q, rows in (("phenopackets", [[1], [2]]), ("phenopackets_gene", [[3], [4], [4]])):
+        write_jsonl(tmp_path / q / "test.jsonl", [{"id": str(i), "query": "q", "answer_ids": a}
+                                                  for i, a in enumerate(rows)])
+    t = table_lpo({"full": full, "cut": cut}, tmp_path, ["synthetic", "phenopackets", "phenopackets_gene"])
+    assert t.columns[-2:] == ["phenopackets answerable", "phenopackets_gene answerable"]  # synthetic has no notion
+    assert t.rows == [["cut", "test", 3, 4, 1, "1 of 2 (test)", "1 of 3 (test)"]]  # the full graph cut nothing

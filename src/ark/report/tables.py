@@ -19,6 +19,7 @@ from ark.agent.aggregate import AGGREGATIONS, aggregate
 from ark.eval.metrics import score_query
 from ark.eval.score import score_records
 from ark.eval.trajectories import run_statistics, steps
+from ark.io import read_jsonl
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, select, table_rows
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -351,6 +352,37 @@ def table7(graphs: dict) -> Table:
     return t
 
 
+def table_lpo(graphs: dict, queries_root: Path, query_sets: list[str]) -> Table:
+    """What each leave-publication-out graph (a graph whose summary has ``excluded``) left out, and how many of the
+    cases of the split it was cut for stay answerable there (``QuerySet.answerable``, as the scoring computes it)."""
+    from ark.config import compose, make
+    from ark.data import QuerySet
+
+    sets = {q: make(compose([f"queries={q}"]).queries, "queries") for q in query_sets}
+    sets = {q: s for q, s in sets.items() if type(s).answerable is not QuerySet.answerable}
+    t = Table("lpo", "Leave-publication-out graphs: what each left out, and the cases left answerable",
+              ["graph", "cut for", "publications", "annotations removed", "diseases emptied",
+               *[f"{q} answerable" for q in sets]],
+              note="Cut for: the query split whose cases' publications were left out (every case: the whole file). "
+                   "Answerable: the cases of that split (test where the whole file was cut) whose gold disease (for "
+                   "a gene: a disease of the gold gene) keeps at least one phenotype annotation in the graph, of all "
+                   "of them.")
+    for name, g in graphs.items():
+        cut = g.meta.get("excluded")
+        if not cut:
+            continue
+        splits = cut["source"].get("splits")
+        split = (splits or ["test"])[0]
+        cells = [name, "/".join(splits) if splits else "every case", cut["publications"], cut["annotations_removed"],
+                 cut["diseases_left_without_phenotypes"]]
+        for q, query_set in sets.items():
+            rows = read_jsonl(queries_root / q / f"{split}.jsonl")
+            n = sum(query_set.answerable(g, r["answer_ids"]) for r in rows)
+            cells.append(f"{n} of {len(rows)} ({split})")
+        t.add(cells)
+    return t
+
+
 # ------------------------------------------------------------------------ backbones and distillation (Table 5)
 def train_samples(config: dict, distill_dir: Path) -> int | None:
     """How many teacher trajectories the student a run evaluates was trained on (its distill report), if known."""
@@ -454,4 +486,5 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     d = cfg_report["distillation"]
     return [table1(runs, qs, ark, dict(cfg_report["graph_of"])), table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
             table5(runs, distill_dir, d["t_max"], d["baseline_limit"]), table6(queries_root, qs, split), table7(graphs),
+            table_lpo(graphs, queries_root, qs),
             table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]
