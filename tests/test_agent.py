@@ -482,6 +482,12 @@ def test_case_findings_are_the_listed_items_before_the_question_without_the_abse
     assert case_findings("Which diseases show 'Pyramidal tract signs' together with brisk reflexes?") == []
     assert case_findings(CASE) == []  # no question
     assert case_findings("A patient presents with Seizure, Seizure. Which disease?") == ["Seizure"]
+    # a '.' inside a token ends no statement; a label with a comma or " with " in it stays whole
+    assert case_findings("Which features seen in both Microphthalmia, Lenz type and Monosomy 9q22.3 are a kind of "
+                         "'Ataxia'?") == []
+    assert case_findings("A patient presents with Intellectual disability, mild, Ultra-low vision with retained "
+                         "light perception. Which disease?") == ["Intellectual disability, mild",
+                                                                 "Ultra-low vision with retained light perception"]
 
 
 def test_findings_are_anchored_by_name_explored_and_voted_to_the_answer():

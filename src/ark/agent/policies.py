@@ -73,20 +73,26 @@ _NEGATED = ("not observed", "no ", "not ", "absent", "excluded", "without")
 
 
 def case_findings(query: str) -> list[str]:
-    """The findings a case description lists before its question: the comma-separated items of each statement
-    (after its last " with ", if any), leaving out statements of absent findings ("Not observed: ..."). A text with
-    no '?' or no statement before it lists none. Linear in the text's length."""
+    """The findings a case description lists before its question: the comma-separated items after the first " with "
+    of each statement ("A patient presents with A, B, C."), leaving out statements of absent findings ("Not
+    observed: ..."). A fragment starting in lower case continues the item before it ("Intellectual disability,
+    mild"). Statements end at ". " (a "." inside a token, as in "9q22.3", ends none); a text with no '?', no statement
+    before its question or no " with " lists none. Linear in the text's length."""
     end = query.rfind("?")
-    start = max(query.rfind(c, 0, end) for c in ".?!") if end >= 0 else -1
+    start = max(query.rfind(c + " ", 0, end) for c in ".?!") if end >= 0 else -1
     if start <= 0:
         return []
-    found = []
-    for statement in query[:start].split(". "):
+    found: list[str] = []
+    for statement in query[:start + 1].split(". "):
         statement = statement.strip().rstrip(".")
-        if not statement or statement.lower().startswith(_NEGATED):
+        head, sep, listed = statement.partition(" with ")
+        if not sep or head.lower().startswith(_NEGATED):
             continue
-        head, sep, tail = statement.rpartition(" with ")
-        found += [f.strip() for f in (tail if sep else statement).split(",") if f.strip()]
+        for item in (f.strip() for f in listed.split(",")):
+            if item and item[0].islower() and found:
+                found[-1] += f", {item}"
+            elif item:
+                found.append(item)
     return list(dict.fromkeys(found))
 
 
@@ -240,18 +246,17 @@ class _FindingsSession(_RulesSession):
         self.relevance: dict[int, float] = {}  # a node's relevance to the question, as an observation showed it
         self.votes: dict[int, float] = {}  # the specificity of the explored nodes whose neighborhoods show it
 
-    def _read(self, observations, node_type: str, weights: list[float] | None = None) -> None:
+    def _read(self, observations, node_type: str) -> None:
         """Add what ``observations`` show of the nodes of ``node_type``: their scores (relevance), and for a
-        neighborhood, its weight times its center's specificity (log of the type's size over the center's neighbor
-        count of that type, as the observation states it) to each node it shows (votes)."""
+        neighborhood, its center's specificity (log of the type's size over the center's neighbor count of that
+        type, as the observation's first line states it) to each node it shows (votes)."""
         g = self.p.toolbox.graph
         size = g.counts_by_type().get(node_type, 0)
-        for i, obs in enumerate(observations):
+        for obs in observations:
             if obs.error is not None:
                 continue
-            shown = _SHOWN.search(obs.text)
-            specific = (weights[i] if weights else 1.0) * (math.log((size + 1) / (int(shown.group(1)) + 1)) + 1.0) \
-                if shown else 0.0
+            shown = _SHOWN.search(obs.text.partition("\n")[0])
+            specific = math.log((size + 1) / (int(shown.group(1)) + 1)) + 1.0 if shown else 0.0
             for v in obs.nodes:
                 if g.type_name(v) != node_type:
                     continue
@@ -296,12 +301,14 @@ class _FindingsSession(_RulesSession):
                 self.bridged = best
                 return self._explore(best, self.target)
         elif self.phase == "answer":
-            if self.via:  # a node of the answer type takes the best score of the explored nodes it neighbors
-                self.relevance, self.votes = {}, {}
+            if self.via:  # a node of the answer type ranks by the best-ranked explored node it neighbors
+                reached: dict[int, float] = {}
                 for rank, obs in zip(range(len(self.bridged)), observations):
                     for v in (obs.nodes if obs.error is None else []):
-                        if g.type_name(v) == self.target and v not in self.votes:
-                            self.votes[v] = float(len(self.bridged) - rank)
+                        if g.type_name(v) == self.target and v not in reached:
+                            reached[v] = float(len(self.bridged) - rank)
+                if reached:  # else the question's own hits of the answer type stand
+                    self.relevance, self.votes = {}, reached
             else:
                 self._read(observations, self.target)
         nodes = self._ranked(self.target)
