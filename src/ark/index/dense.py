@@ -44,15 +44,15 @@ class DenseIndex:
             self._encoder = _load_encoder(self.device, self.bf16)
         return self._encoder
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int = 64, progress: bool = False) -> np.ndarray:
         emb = self.encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                  convert_to_numpy=True, show_progress_bar=False)
+                                  convert_to_numpy=True, show_progress_bar=progress)
         return np.asarray(emb, dtype=np.float32)
 
     @classmethod
     def build(cls, docs, device: str = "cpu", bf16: bool | str = "auto", batch_size: int = 64) -> "DenseIndex":
         index = cls(np.zeros((0, 0), np.float32), device=device, bf16=resolve_bf16(bf16))
-        index.embeddings = index.encode([str(d) for d in docs], batch_size)
+        index.embeddings = index.encode([str(d) for d in docs], batch_size, progress=True)  # minutes on a CPU
         return index
 
     def save(self, directory: str | Path) -> None:
