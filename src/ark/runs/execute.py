@@ -98,10 +98,9 @@ def execute(cfg: DictConfig, stage: str) -> dict:
             "n_agents": cfg.agent.n_agents, **stats, **timing}
 
 
-def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
-    """A baseline's run: ``rank(query) -> (node ids, scores)`` for each query not done yet, stored as it goes
-    (resumable like an agent run), then scored; its metrics and directory."""
-    run = Run(cfg, stage)
+def _open(run: Run, queries: list[dict]):
+    """``run``'s record store, checked against ``queries`` (a record of another query or question text: closed
+    again, and the error raised)."""
     store = run.open()
     try:
         store.check(queries)
@@ -109,6 +108,14 @@ def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], ran
         store.close()
         run.close()
         raise
+    return store
+
+
+def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
+    """A baseline's run: ``rank(query) -> (node ids, scores)`` for each query not done yet, stored as it goes
+    (resumable like an agent run), then scored; its metrics and directory."""
+    run = Run(cfg, stage)
+    store = _open(run, queries)
     start = time.perf_counter()
     for q in tqdm(queries, desc=desc, mininterval=2, disable=not cfg.eval.progress):
         if not store.done(q["id"]):
@@ -163,13 +170,7 @@ class Scoring:
 def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: str, score: Scoring | None):
     """Open (or resume) ``run``, run the agents on its queries not done yet, appending each record as it
     finishes; (records of all queries in their order, model calls made)."""
-    store = run.open()
-    try:
-        store.check(queries)
-    except UserError:
-        store.close()
-        run.close()
-        raise
+    store = _open(run, queries)
     todo = [q for q in queries if not store.done(q["id"])]
     progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {cfg.backbone.name}",
                     mininterval=1, disable=not cfg.eval.progress)
