@@ -142,7 +142,8 @@ def row_runs(runs, table: str, query_sets) -> list[tuple[str, dict[str, RunData]
     return [(row_settings(e).get("label", e), experiment_runs(runs, e, query_sets)) for e in table_rows(table)]
 
 
-def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) -> Table:
+def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, graphs_loaded: dict | None = None,
+           queries_root: Path | None = None) -> Table:
     """Each query set scored on its graph (``graph_of``, ``report.graph_of``: the case reports on the
     leave-publication-out graph); ``graph_of`` None: every set on the full graph (``table1_full``, leaky for the case
     reports)."""
@@ -172,12 +173,7 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) 
                    + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
                    f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
                    "version of this table is stark_table1.md.")
-    counts = {q: set() for q in answerable}  # (n_answerable, n_queries) of each case-report column's runs
-
     def add(label: str, per_set: dict[str, RunData]) -> None:
-        for q in answerable:
-            if q in per_set and per_set[q].metrics.get("n_answerable") is not None:
-                counts[q].add((per_set[q].metrics["n_answerable"], per_set[q].metrics["n_queries"]))
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
                   + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
@@ -191,11 +187,27 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None) 
     for experiment in table_rows("table1"):
         add(row_settings(experiment).get("label", experiment),
             {q: r for q in query_sets for r in experiment_runs(runs, experiment, [q], dataset=graphs[q]).values()})
-    for q in answerable:
-        if len(counts[q]) == 1:
-            (n, total), = counts[q]
-            t.note += f" {q}: {n} of {total} test cases answerable on {graphs[q]}."
+    sets = answerable_sets(answerable)
+    for q in sets if graphs_loaded and queries_root else ():
+        if graphs[q] in graphs_loaded:
+            t.note += f" {q}: {answerable_count(sets[q], graphs_loaded[graphs[q]], queries_root / q / 'test.jsonl')} " \
+                      f"test cases answerable on {graphs[q]}."
     return t
+
+
+def answerable_sets(query_sets: list[str]) -> dict:
+    """The query sets (by name) that say whether a query is answerable on a graph (``QuerySet.answerable``)."""
+    from ark.config import compose, make
+    from ark.data import QuerySet
+
+    sets = {q: make(compose([f"queries={q}"]).queries, "queries") for q in query_sets}
+    return {q: s for q, s in sets.items() if type(s).answerable is not QuerySet.answerable}
+
+
+def answerable_count(query_set, graph, split_file: Path) -> str:
+    """"n of N": how many queries of ``split_file`` are answerable on ``graph``, as the scoring computes it."""
+    rows = read_jsonl(split_file)
+    return f"{sum(query_set.answerable(graph, r['answer_ids']) for r in rows)} of {len(rows)}"
 
 
 def table2(runs, query_sets, ark_experiment: str, split: str) -> Table:
@@ -355,11 +367,7 @@ def table7(graphs: dict) -> Table:
 def table_lpo(graphs: dict, queries_root: Path, query_sets: list[str]) -> Table:
     """What each leave-publication-out graph (a graph whose summary has ``excluded``) left out, and how many of the
     cases of the split it was cut for stay answerable there (``QuerySet.answerable``, as the scoring computes it)."""
-    from ark.config import compose, make
-    from ark.data import QuerySet
-
-    sets = {q: make(compose([f"queries={q}"]).queries, "queries") for q in query_sets}
-    sets = {q: s for q, s in sets.items() if type(s).answerable is not QuerySet.answerable}
+    sets = answerable_sets(query_sets)
     t = Table("lpo", "Leave-publication-out graphs: what each left out, and the cases left answerable",
               ["graph", "cut for", "publications", "annotations removed", "diseases emptied",
                *[f"{q} answerable" for q in sets]],
@@ -375,10 +383,8 @@ def table_lpo(graphs: dict, queries_root: Path, query_sets: list[str]) -> Table:
         split = (splits or ["test"])[0]
         cells = [name, "/".join(splits) if splits else "every case", cut["publications"], cut["annotations_removed"],
                  cut["diseases_left_without_phenotypes"]]
-        for q, query_set in sets.items():
-            rows = read_jsonl(queries_root / q / f"{split}.jsonl")
-            n = sum(query_set.answerable(g, r["answer_ids"]) for r in rows)
-            cells.append(f"{n} of {len(rows)} ({split})")
+        cells += [f"{answerable_count(query_set, g, queries_root / q / f'{split}.jsonl')} ({split})"
+                  for q, query_set in sets.items()]
         t.add(cells)
     return t
 
@@ -484,7 +490,7 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
     d = cfg_report["distillation"]
-    return [table1(runs, qs, ark, dict(cfg_report["graph_of"])), table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
+    return [table1(runs, qs, ark, dict(cfg_report["graph_of"]), graphs, queries_root), table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
             table5(runs, distill_dir, d["t_max"], d["baseline_limit"]), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]
