@@ -92,6 +92,23 @@ def test_t_max_stops_the_loop():
     assert traj.steps == 3 and not traj.finished and traj.tool_calls == {"search_in_graph": 3}
 
 
+def test_an_agent_stops_after_idle_limit_replies_without_a_valid_call():
+    bad = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "b", "type": "function", "function": {"name": "fly", "arguments": "{}"}}]}
+    chat = {"role": "assistant", "content": "I think the answer is Marfan."}
+    good = {"role": "assistant", "content": None, "tool_calls": [call("search_in_graph", {"query": "heart"})]}
+    # an invalid call, then a reply without any call: two idle replies in a row
+    traj = asyncio.run(run_agent(ScriptedSession([bad, chat, good, good]), toolbox(), "heart", T_max=4, agent=0,
+                                 idle_limit=2))
+    assert traj.steps == 2 and traj.idle_stop and not traj.finished
+    # a valid call in between resets the count; without a limit the agent runs its budget
+    traj = asyncio.run(run_agent(ScriptedSession([bad, good, chat, good]), toolbox(), "heart", T_max=4, agent=0,
+                                 idle_limit=2))
+    assert traj.steps == 4 and not traj.idle_stop
+    traj = asyncio.run(run_agent(ScriptedSession([bad, chat, chat, chat]), toolbox(), "heart", T_max=4, agent=0))
+    assert traj.steps == 4 and not traj.idle_stop
+
+
 def test_rules_policy_is_label_free_and_uses_the_same_tools():
     tb = toolbox()
     policy = RulesPolicy(tb, {"disease": ["disease"], "effect/phenotype": ["phenotype", "finding"]})

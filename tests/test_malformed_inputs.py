@@ -334,6 +334,8 @@ CASES = [
      False),
     ("total-cap-without-ledger", "evaluate", ["eval.max_total_cost_usd=5"], None, "needs eval.spend_ledger", False),
     ("global_k-over-max", "evaluate", ["agent.global_k=50"], None, "is over agent.global_k_max=30", False),
+    ("idle_limit-0", "evaluate", ["agent.idle_limit=0"], None, "agent.idle_limit must be null or an integer >= 1",
+     False),
     ("toolset-unknown", "evaluate", ["+agent.toolset=ark_v9"], None, "agent.toolset must be one of", False),
     ("toolset-with-ablation", "evaluate", ["agent=ark_v1", "ablation=no_f"], None, "use ablation=none", False),
     ("prompt-unknown", "evaluate", ["prompt.name=verbose"], None, "prompt must be one of", False),

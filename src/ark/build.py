@@ -50,6 +50,9 @@ def validate(cfg: DictConfig) -> None:
                         ("baseline.depth", cfg.baseline.depth)):
         if not _is_int(value) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
+    idle_limit = a.get("idle_limit")
+    if idle_limit is not None and (not _is_int(idle_limit) or idle_limit < 1):
+        raise UserError(f"agent.idle_limit must be null or an integer >= 1, got {idle_limit!r}")
     if a.global_k > a.global_k_max:
         raise UserError(f"agent.global_k={a.global_k} (a search's default size) is over agent.global_k_max="
                         f"{a.global_k_max} (its largest)")
@@ -232,7 +235,7 @@ def agent_config(cfg: DictConfig, spec) -> "AgentConfig":
 
     a = cfg.agent
     return AgentConfig(n_agents=a.n_agents, T_max=a.T_max, aggregation=a.aggregation, seed=cfg.seed,
-                       prompt=cfg.prompt.name, text_protocol=spec.text_protocol)
+                       prompt=cfg.prompt.name, text_protocol=spec.text_protocol, idle_limit=a.get("idle_limit"))
 
 
 def policy(cfg: DictConfig, tools, spec):

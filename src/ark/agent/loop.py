@@ -4,7 +4,9 @@ Messages are OpenAI chat format. Native tool calls get ``tool`` messages; a repl
 calls is parsed for JSON calls in its text (the text protocol), whose results come back as ``user``
 messages. An invalid call gets an error observation and the trajectory goes on; a model call that
 fails after its retries ends the trajectory and is recorded, and so does a conversation that has grown past the
-backbone's context window (``context_full``: the policy makes no call that could not fit).
+backbone's context window (``context_full``: the policy makes no call that could not fit). With ``idle_limit``, an
+agent whose last ``idle_limit`` replies made no valid tool call stops (``idle_stop``): a model that cannot use the
+tools does not spend the rest of its budget proving it.
 """
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ from ark.agent.records import Trajectory
 from ark.tools.toolbox import AnswerState, Observation, Toolbox
 
 async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: int, text_protocol: bool = False,
-                    on_event=None, prompt: str = "ark") -> Trajectory:
+                    on_event=None, prompt: str = "ark", idle_limit: int | None = None) -> Trajectory:
     """Run one agent; ``session.act(messages, observations)`` returns an ``LLMResult``-like reply."""
     messages = [{"role": "system", "content": system_prompt(toolbox, T_max, text_protocol, prompt)},
                 {"role": "user", "content": user_prompt(query)}]
     traj, state = Trajectory(agent=agent, messages=messages), AnswerState()
     counts: Counter = Counter()
     observations: list[Observation] = []
+    idle = 0  # replies in a row without a valid tool call
     for step in range(T_max):
         reply = await session.act(messages, observations)
         if reply.context_full:
@@ -49,6 +52,10 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
             traj.replies_without_call += 1
             messages.append({"role": "user", "content": no_call_text(*toolbox.example_call)})
             observations = []
+            idle += 1
+            if idle_limit is not None and idle >= idle_limit:
+                traj.idle_stop = True
+                break
             continue
         observations = []
         for call in calls:
@@ -69,6 +76,10 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
             if state.finished:
                 break
         if state.finished:
+            break
+        idle = 0 if any(o.error is None for o in observations) else idle + 1
+        if idle_limit is not None and idle >= idle_limit:
+            traj.idle_stop = True
             break
     traj.answer, traj.finished = list(state.answer), state.finished
     traj.tool_calls, traj.cost = dict(counts), round(traj.cost, 8)

@@ -28,6 +28,7 @@ class Trajectory:
     errors: list[str] = field(default_factory=list)  # model calls that failed after their retries
     replayed_steps: int = 0  # steps answered from the LLM cache (their model time is the recorded one)
     context_full: bool = False  # ended because the next request would not fit the backbone's context window
+    idle_stop: bool = False  # ended after ``idle_limit`` replies in a row without a valid tool call
 
     @property
     def prompt_tokens(self) -> int:

@@ -14,7 +14,8 @@ from ark.tools.toolbox import Toolbox
 @dataclass(frozen=True)
 class AgentConfig:
     """How the agents of one query run: how many, for how many steps, how their answers are fused, the seed of
-    that fusion, the system prompt, and whether tools are described in the prompt (``text_protocol``)."""
+    that fusion, the system prompt, whether tools are described in the prompt (``text_protocol``), and after how
+    many replies in a row without a valid tool call an agent stops (``idle_limit``; None: never)."""
 
     n_agents: int
     T_max: int
@@ -22,6 +23,7 @@ class AgentConfig:
     seed: int = 0
     prompt: str = "ark"
     text_protocol: bool = False
+    idle_limit: int | None = None
 
 
 async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentConfig, on_event=None) -> QueryRecord:
@@ -29,7 +31,7 @@ async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentConfig, o
     start = time.perf_counter()
     trajectories = await asyncio.gather(*(
         run_agent(policy.session(query["query"], a), toolbox, query["query"], agent.T_max, a, agent.text_protocol,
-                  on_event, agent.prompt)
+                  on_event, agent.prompt, agent.idle_limit)
         for a in range(agent.n_agents)))
     ranking = aggregate([t.answer for t in trajectories], agent.aggregation, seed=agent.seed)
     wall = time.perf_counter() - start
