@@ -152,6 +152,21 @@ def test_prefix_cache_bounds_and_lookup():
     assert [k[0] for k in pc.entries] == [1, 2]
 
 
+def test_kernels_limited_to_avx2_count_as_no_native_bf16(monkeypatch):
+    """The simulation of an AVX2-only CPU (benchmarks/README.md) must take the float32 path `auto` takes there."""
+    monkeypatch.setattr(weights, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)
+    assert weights.cpu_has_bf16()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not weights.cpu_has_bf16() and weights.resolve_dtype("auto") == "float32"
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert not weights.cpu_has_bf16()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
+    assert weights.cpu_has_bf16()
+
+
 def test_auto_dtype_follows_the_cpu(monkeypatch):
     assert isinstance(weights.cpu_has_bf16(), bool)
     monkeypatch.setattr(weights, "cpu_has_bf16", lambda: True)
