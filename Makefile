@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make repro   install, then run the embedded BioKG pipeline (dvc repro)
 #   make test    install, then run the fast offline tests
+SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 # where pip finds the CPU build of torch the lock pins (a flat page of wheels, or a local directory)
@@ -32,9 +33,14 @@ lock:
 	$(UV) pip compile $(LOCK_ARGS) -c requirements/.constraints-gpu.txt -o requirements/gpu.txt
 	rm requirements/.constraints-gpu.txt
 
-# one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept
+# one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept. The output is
+# also written to logs/repro/<group>.log, every line stamped: `python benchmarks/stage_times.py <log>` gives the
+# per-stage times
 repro: install
-	ARK_WANDB_GROUP="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+	set -o pipefail; group="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}"; mkdir -p logs/repro; \
+	ARK_WANDB_GROUP="$$group" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro 2>&1 \
+	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin]' \
+	  | tee "logs/repro/$$group.log"
 
 # every stage's outputs from the DVC remote you configured (docs/pipeline.md: "Sharing results")
 pull: install
