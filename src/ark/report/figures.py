@@ -164,7 +164,7 @@ def figure5(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
         bad = [x["neighborhood_calls"] for x in rows if x["hit@5"] != 1.0]
         ax.hist([good, bad], bins=bins, color=["tab:green", "tab:red"],
                 label=[f"successful (Hit@5): {len(good)}", f"failed: {len(bad)}"])
-        ax.set_xticks(range(top + 1))
+        ax.set_xticks(range(0, top + 1, max(1, -(-top // 12))))  # at most ~13 labels: wider counts would overlap
         ax.set_xlabel("neighborhood calls per trajectory")
         ax.set_ylabel("trajectories")
         ax.set_title(q)
