@@ -80,6 +80,57 @@ def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
         assert index_settings(cfg.retriever)["params"] == {"bf16": native}
 
 
+def test_a_dense_index_reuses_the_embeddings_of_identical_documents(tmp_path):
+    DenseIndex.build(DOCS, bf16=False).save(tmp_path / "full")
+    docs = DOCS[:2] + ["inflammation of the pancreas"] + DOCS[3:]
+    index = DenseIndex.build(docs, bf16=False, reuse=str(tmp_path / "full"))
+    full = np.load(tmp_path / "full" / "embeddings.npy")
+    assert index.reused == 4
+    assert np.array_equal(index.embeddings[[0, 1, 3, 4]], full[[0, 1, 3, 4]])  # taken, not recomputed
+    assert np.allclose(index.embeddings[2], DenseIndex.build(docs[2:3], bf16=False).embeddings[0], atol=1e-5)
+    assert index.search("pancreatitis", 1)[0].tolist() == [2]
+    # another dtype's embeddings are not taken: every document is encoded
+    assert DenseIndex.build(docs, bf16=True, reuse=str(tmp_path / "full")).reused == 0
+    with pytest.raises(UserError, match="reuse: no dense index with document digests"):
+        DenseIndex.build(docs, bf16=False, reuse=str(tmp_path / "missing"))
+
+
+def test_a_dense_index_encodes_each_query_text_once(monkeypatch):
+    index = DenseIndex.build(DOCS, bf16=False)
+    calls = []
+    encode = index.encode
+    monkeypatch.setattr(index, "encode", lambda texts, *a, **k: calls.append(list(texts)) or encode(texts, *a, **k))
+    first = index.search("liver disease", 2)
+    again = index.search("liver disease", 2)
+    index.score("liver disease", np.array([0, 2]))
+    index.search("bone", 1)
+    assert calls == [["liver disease"], ["bone"]]
+    assert first[0].tolist() == again[0].tolist() and np.array_equal(first[1], again[1])
+
+
+def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
+    """An index built (or pulled) from a CPU of the other kind is used as it is: `auto` follows its info.json, and
+    the run's identity records what the embeddings were computed in; an explicit other setting is refused."""
+    import json
+
+    import ark.llm.weights as weights
+    from ark.build import relevance
+    from ark.runs.identity import identity
+    from tests.conftest import compose_cfg
+
+    index_dir = tmp_path / "dense"
+    DenseIndex.build(DOCS, bf16=False).save(index_dir)
+    settings = {"name": "dense", "params": {"bf16": False}}
+    (index_dir / "info.json").write_text(json.dumps({"retriever": "dense", "num_docs": 5, "settings": settings}))
+    monkeypatch.setattr(weights, "cpu_has_bf16", lambda: True)  # this CPU would choose bf16
+    cfg = compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}"])
+    loaded = relevance(cfg)
+    assert loaded.bf16 is False and loaded.search("hepatitis", 1)[0].tolist() == [2]
+    assert identity(cfg, "evaluate")["retriever"] == settings
+    with pytest.raises(UserError, match="was built with other retriever settings"):
+        relevance(compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}", "retriever.params.bf16=true"]))
+
+
 @pytest.mark.parametrize("name, damage", [("ark_bm25.json", b'{"stopwords": '), ("params.index.json", b"\x00\x01"),
                                           ("vocab.index.json", b"[1, 2")])
 def test_a_damaged_bm25_index_is_one_clear_error(tmp_path, name, damage):

@@ -38,9 +38,12 @@ def test_each_result_affecting_setting_gets_its_own_run_directory():
 def test_runtime_settings_keep_the_same_run():
     base = run_name([])
     assert all(run_name([o]) == base for o in NOT_RESULT_AFFECTING)
-    dense = run_name(["retriever=dense"])
-    assert run_name(["retriever=dense", "retriever.params.batch_size=8"]) == dense
-    assert run_name(["retriever=dense", "retriever.params.bf16=false"]) != dense
+    nowhere = "dataset.index_dir=/nonexistent/dense"  # no index there: `bf16: auto` is what this CPU computes in
+    dense = run_name(["retriever=dense", nowhere])
+    assert run_name(["retriever=dense", nowhere, "retriever.params.batch_size=8"]) == dense
+    assert run_name(["retriever=dense", nowhere, "retriever.params.reuse=/elsewhere"]) == dense
+    other = "false" if "bf16': True" in str(identity(compose_cfg(["retriever=dense", nowhere]), "evaluate")) else "true"
+    assert run_name(["retriever=dense", nowhere, f"retriever.params.bf16={other}"]) != dense
     # a subset's seed matters only for a fractional split
     assert run_name(["split=test-0.1", "subset_seed=1"]) != run_name(["split=test-0.1"])
 

@@ -8,7 +8,6 @@ Adding a backbone: a ``conf/backbone/<name>.yaml`` whose ``_target_`` is one of 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -115,15 +114,10 @@ def graph(cfg: DictConfig):
 
 def relevance(cfg: DictConfig):
     """The index in ``dataset.index_dir``, which must have been built with ``cfg.retriever``'s settings."""
-    from ark.index import index_settings
+    from ark.index import built_settings, index_settings
 
-    info = Path(cfg.dataset.index_dir) / "info.json"
-    wanted = index_settings(cfg.retriever)
-    try:
-        built = json.loads(info.read_text()).get("settings") if info.exists() else wanted
-    except (OSError, ValueError, AttributeError) as e:  # not a file, not UTF-8 JSON, not an object
-        raise UserError(f"damaged index at {cfg.dataset.index_dir}: info.json ({type(e).__name__}); rebuild it "
-                        "(build_index)") from None
+    wanted = index_settings(cfg.retriever, cfg.dataset.index_dir)
+    built = built_settings(cfg.dataset.index_dir) or wanted
     if built != wanted:
         raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "
                         f"{wanted}; rebuild it (build_index) with these settings")

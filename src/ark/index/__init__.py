@@ -21,19 +21,44 @@ class Relevance(Protocol):
     def score(self, query: str, ids: np.ndarray) -> np.ndarray: ...
 
 
-RUNTIME_PARAMS = ("device", "batch_size")  # how fast an index is built, not what it holds
+RUNTIME_PARAMS = ("device", "batch_size", "reuse")  # how fast an index is built, not what it holds
 
 
-def index_settings(retriever_cfg) -> dict:
-    """The retriever settings an index is built with (stored in its ``info.json``; part of a run's identity)."""
+def index_settings(retriever_cfg, index_dir: str | Path | None = None) -> dict:
+    """The retriever settings an index is built with (stored in its ``info.json``; part of a run's identity).
+
+    ``bf16: auto`` is resolved: an index computed in bf16 is another index. With ``index_dir`` (the index a run
+    reads), "auto" takes what that index was built in, so an index built on another kind of CPU (or pulled) is
+    used as it is and queries are encoded as it was; without one, what this CPU computes natively."""
     from omegaconf import OmegaConf
 
     params = OmegaConf.to_container(retriever_cfg.params, resolve=True) if retriever_cfg.get("params") else {}
-    if "bf16" in params:  # "auto" resolved for this machine: an index computed in bf16 is another index
-        from ark.index.dense import resolve_bf16
+    if params.get("bf16") == "auto":
+        built = built_settings(index_dir) if index_dir is not None else None
+        if built and "bf16" in built.get("params", {}):
+            params["bf16"] = built["params"]["bf16"]
+        else:
+            from ark.index.dense import resolve_bf16
 
-        params["bf16"] = resolve_bf16(params["bf16"])
+            params["bf16"] = resolve_bf16("auto")
+    elif "bf16" in params:
+        params["bf16"] = bool(params["bf16"])
     return {"name": retriever_cfg.name, "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
+
+
+def built_settings(index_dir: str | Path) -> dict | None:
+    """The settings recorded in ``index_dir/info.json`` (None: no index there)."""
+    import json
+
+    info = Path(index_dir) / "info.json"
+    if not info.exists():
+        return None
+    try:
+        settings = json.loads(info.read_text()).get("settings")
+    except (OSError, ValueError, AttributeError) as e:  # not a file, not UTF-8 JSON, not an object
+        raise UserError(f"damaged index at {index_dir}: info.json ({type(e).__name__}); rebuild it "
+                        "(build_index)") from None
+    return settings if isinstance(settings, dict) else None
 
 
 @dataclass(kw_only=True)

@@ -27,7 +27,7 @@ def run(cfg: DictConfig) -> dict:
     with atomic_dir(cfg.dataset.index_dir) as tmp:
         index.save(tmp)
         write_json(tmp / "info.json", info)
-    return {**info, "build_seconds": round(seconds, 2)}
+    return {**info, "build_seconds": round(seconds, 2), "reused_embeddings": getattr(index, "reused", 0)}
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
