@@ -476,8 +476,8 @@ def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) ->
               ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
                    "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
-                   "every run that covers the first n test queries, scored on exactly those n (a run of 50 queries "
-                   "appears in the n = 20 block with its first 20).")
+                   "every run that covers the first n test queries, scored on exactly those n (a longer run appears "
+                   "in a block with its first n).")
     for r in distillation_rows(runs, distill_dir, t_max, baseline_limit):
         share = r.get("teacher_hit1_share")
         t.add([r["queries"], r["n_queries"], r["method"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
