@@ -48,16 +48,10 @@ async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: in
         native = message.get("tool_calls") or []
         calls = native or parse_text_calls(message.get("content"))
         _emit(on_event, "reply", agent=agent, step=step, message=message)
+        observations = []
         if not calls:
             traj.replies_without_call += 1
             messages.append({"role": "user", "content": no_call_text(*toolbox.example_call)})
-            observations = []
-            idle += 1
-            if idle_limit is not None and idle >= idle_limit:
-                traj.idle_stop = True
-                break
-            continue
-        observations = []
         for call in calls:
             name = call["function"]["name"]
             start = time.perf_counter()
