@@ -101,6 +101,10 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     assert (tmp_path / "adapter" / "adapter_config.json").exists()
     curve = json.loads((tmp_path / "adapter" / "curve.json").read_text())
     assert any("loss" in row for row in curve) and any("eval_loss" in row for row in curve)
+    keys = ("num_tokens", "entropy", "mean_token_accuracy")  # trl's bookkeeping, kept by LabelledLossTrainer
+    assert all(k in row for row in curve if "loss" in row for k in keys)
+    counts = [0] + [row["num_tokens"] for row in curve if "loss" in row]  # one sample's tokens a step
+    assert all(b - a in {len(s["input_ids"]) for s in samples[:4]} for a, b in zip(counts, counts[1:]))
     assert fingerprint(None, tmp_path / "adapter")["adapter_sha256"]
     torch.manual_seed(0)
     base = LlamaForCausalLM(config).eval()
@@ -201,6 +205,57 @@ def test_packed_training_through_trl_on_cpu(rules_run, tokenizer, tmp_path):
                         tmp_path / "adapter")
     assert report["train_rows"] < report["train_samples"] == 4  # several trajectories share a row
     assert report["best_eval_loss"] is not None and report["train_loss"] == report["train_loss"]  # not NaN
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_loss_from_the_labelled_logits_only_is_the_full_logits_loss(tokenizer, tmp_path, packed):
+    """LabelledLossTrainer.compute_loss = transformers' loss over the full logits and trl's own compute_loss (value
+    and LoRA gradients), unpacked (a padded batch of two) and packed (one padding-free row), while the model
+    returns the logits of the labelled positions only."""
+    import torch
+    from trl import SFTTrainer
+
+    from ark.distill.attention import register
+    from ark.distill.train import trainer
+
+    gen = torch.Generator().manual_seed(0)
+    ids = [torch.randint(3, 512, (n,), generator=gen).tolist() for n in (40, 27)]
+    # masked prefixes and gaps, labels in different places in each sample
+    samples = [{"input_ids": ids[0], "labels": [IGNORE] * 12 + ids[0][12:20] + [IGNORE] * 10 + ids[0][30:]},
+               {"input_ids": ids[1], "labels": ids[1][:3] + [IGNORE] * 17 + ids[1][20:]}]
+    d = compose_cfg(["distill=smoke", f"distill.pack={str(packed).lower()}",
+                     f"distill.attn={'packed_sdpa' if packed else 'sdpa'}", "distill.max_tokens=128"]).distill
+    model = tiny_qwen3(register() if packed else "sdpa")
+    t = trainer(model, tokenizer, samples, [], d, tmp_path)
+    assert type(t).__name__ == "LabelledLossTrainer"
+    batch = t._prepare_inputs(t.data_collator([t.train_dataset[i] for i in range(len(t.train_dataset))]))
+    assert batch["input_ids"].shape[0] == (1 if packed else 2)
+    with torch.no_grad():  # a nonzero adapter, so that its gradients are not all zero
+        for name, w in t.model.named_parameters():
+            if "lora_B" in name:
+                w.normal_(0, 0.02, generator=gen)
+    labels = batch["labels"]
+    labelled = int((labels[:, 1:] != IGNORE).sum())
+    assert labelled == 8 + 10 + 2 + 7  # packed: the collator masks each sample's first token (no cross-sample label)
+
+    def loss_and_grads(compute, **kwargs):
+        t.model.zero_grad()
+        loss = compute(dict(batch), **kwargs)
+        loss.backward()
+        return loss.detach(), [w.grad.clone() for w in t.model.parameters() if w.requires_grad]
+
+    full = lambda inputs, **kw: t.model(**inputs, **kw).loss  # noqa: E731  (labels in: the model's own loss)
+    trl = lambda inputs, **kw: SFTTrainer.compute_loss(t, t.model, inputs, **kw)  # noqa: E731
+    for n_items in (None, 3 * labelled):
+        loss, grads = loss_and_grads(lambda inputs, **kw: t.compute_loss(t.model, inputs, **kw),
+                                     num_items_in_batch=n_items)
+        for reference in (full, trl):
+            ref_loss, ref_grads = loss_and_grads(reference, num_items_in_batch=n_items)
+            assert abs(float(loss) - float(ref_loss)) < 1e-5
+            assert all(torch.allclose(g, r, atol=1e-6) for g, r in zip(grads, ref_grads))
+    _, outputs = t.compute_loss(t.model, dict(batch), return_outputs=True)
+    kept = int((labels[:, 1:] != IGNORE).any(0).sum())
+    assert outputs.logits.shape[1] == kept < labels.shape[1] - 1  # the LM head ran on the labelled positions only
 
 
 def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):

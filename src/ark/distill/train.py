@@ -92,32 +92,85 @@ def _liger_installed() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
 
-def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: str | Path, seed: int = 0) -> dict:
-    """Train a LoRA adapter on ``model``; save it (and its tokenizer) to ``out_dir``; return the training curve
-    and the best validation loss."""
+def labelled_loss_trainer():
+    """trl's ``SFTTrainer`` with the loss computed from the logits of the labelled positions only.
+
+    Only the assistant tokens (~10% of a trajectory) carry labels, yet trl's fused LM head projects every position
+    onto the whole vocabulary on a CPU (its compact path needs Triton), and its metrics add entropy and accuracy over
+    all of them. Here the model returns the logits where the next token is labelled (``logits_to_keep``), and the
+    loss is transformers' causal-LM cross entropy on those: the same value, a tenth of the LM-head work.
+    """
+    import torch
+    import torch.nn.functional as F
+    from trl import SFTTrainer
+
+    from ark.distill.sft import IGNORE
+
+    class LabelledLossTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if self.aux_loss_enabled:  # MoE router loss: trl's own path
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            mode = "train" if self.model.training else "eval"
+            labels = inputs["labels"]
+            # positions p predicting a labelled token p + 1 in any row of the batch
+            keep = (labels[:, 1:] != IGNORE).any(0).nonzero().flatten()
+            outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False,
+                            logits_to_keep=keep)
+            logits, targets = outputs.logits.float(), labels[:, keep + 1]
+            mask = targets != IGNORE
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
+            loss = loss / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+                loss = loss * (self.accelerator.num_processes // self.get_tp_size())  # as trl: DDP averages
+
+            # trl's metrics, averaged over the labelled tokens as trl does
+            gather = lambda x: self.accelerator.gather_for_metrics(x).sum()  # noqa: E731
+            with torch.no_grad():
+                logp, n = logits[mask].log_softmax(-1), gather(mask.sum()).clamp(min=1)
+                self._metrics[mode]["entropy"].append((gather(-(logp.exp() * logp).sum()) / n).item())
+                correct = gather((logp.argmax(-1) == targets[mask]).sum())
+                self._metrics[mode]["mean_token_accuracy"].append((correct / n).item())
+            if mode == "train":  # the curve's num_tokens: every input token (padding-free: one row), as trl counts
+                seen = inputs["attention_mask"].sum() if "attention_mask" in inputs else torch.tensor(labels.numel())
+                self._total_train_tokens += gather(seen.to(labels.device)).item() // self._tp_size
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            return (loss, outputs) if return_outputs else loss
+
+    return LabelledLossTrainer
+
+
+def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Path, seed: int = 0):
+    """The trainer of ``train_lora`` on tokenized samples (packed into rows with ``d.pack``). With ``d.liger``
+    (the GPU recipes) trl's own loss, whose Triton LM head already scores the labelled positions only."""
     from datasets import Dataset
     from trl import SFTTrainer
 
     from ark.distill.sft import pack
 
-    out_dir = Path(out_dir)
     columns = ("input_ids", "labels")
-    tokens = sum(len(s["input_ids"]) for s in train)
-    n_train, n_val = len(train), len(val)
     if d.pack:  # trajectories end to end in rows of max_tokens; attention stays within each (packed_sdpa)
         train, val = pack(train, d.max_tokens), pack(val, d.max_tokens)
         columns += ("seq_lengths",)
     to_dataset = lambda rows: Dataset.from_list([{c: r[c] for c in columns} for r in rows])  # noqa: E731
-    trainer = SFTTrainer(model=model, args=sft_config(d, out_dir, seed, bool(val)), train_dataset=to_dataset(train),
-                         eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
-                         peft_config=lora_config(d))
-    result = trainer.train()
-    trainer.save_model(str(out_dir))  # the adapter (the best checkpoint when validating)
-    curve = [{k: v for k, v in row.items()} for row in trainer.state.log_history]
+    cls = SFTTrainer if d.liger else labelled_loss_trainer()
+    return cls(model=model, args=sft_config(d, out_dir, seed, bool(val)), train_dataset=to_dataset(train),
+               eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
+               peft_config=lora_config(d))
+
+
+def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: str | Path, seed: int = 0) -> dict:
+    """Train a LoRA adapter on ``model``; save it (and its tokenizer) to ``out_dir``; return the training curve
+    and the best validation loss."""
+    out_dir = Path(out_dir)
+    tokens = sum(len(s["input_ids"]) for s in train)
+    t = trainer(model, tokenizer, train, val, d, out_dir, seed)
+    result = t.train()
+    t.save_model(str(out_dir))  # the adapter (the best checkpoint when validating)
+    curve = [{k: v for k, v in row.items()} for row in t.state.log_history]
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
     return {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
-            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": n_train,
-            "val_samples": n_val, "train_tokens": tokens, "train_rows": len(train),
+            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
+            "val_samples": len(val), "train_tokens": tokens, "train_rows": len(t.train_dataset),
             "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1),
             "dtype": str(model.dtype).removeprefix("torch.")}
