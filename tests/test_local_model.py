@@ -298,7 +298,7 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert torch.allclose(lm, lu, atol=1e-4)
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
                                "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK,
-                               "threads": torch.get_num_threads()}
+                               "threads": torch.get_num_threads(), "decode_rows": 1}
     reply = merged.generate({"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
         "max_tokens": 20})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -105,11 +106,13 @@ class HostedBackbone(Backbone):
 @dataclass(frozen=True)
 class LocalModel:
     """The embedded model's settings: grammar-constrained decoding, dtype (auto: bfloat16 where the CPU has it
-    natively), and a LoRA adapter directory loaded on top (the distilled student)."""
+    natively), a LoRA adapter directory loaded on top (the distilled student), and the rows of a batched decoding
+    step (``ark.llm.batching``: concurrent requests share forward passes; 1: one request at a time)."""
 
     constrained: bool = True
     dtype: str = "auto"
     adapter: str | None = None
+    decode_rows: int = 1
 
 
 @dataclass
@@ -132,9 +135,11 @@ class LocalBackbone(HostedBackbone):
 
         model = LocalChatModel(**dataclasses.asdict(self.local), cache_dir=serving.models_dir,
                                threads=serving.threads)
-        # one generation at a time; every agent in flight has one request outstanding, so a queue of twice that
-        # never turns one away (a request whose client timed out leaves the queue uncomputed, or its reply answers
-        # the retry)
-        with ChatServer(model.generate, model_name=self.model.split("/", 1)[-1], workers=1,
+        # as many generations at once as a decoding step has rows (one at a time without batching); every agent in
+        # flight has one request outstanding, so a queue of twice that never turns one away (a request whose client
+        # timed out leaves the queue uncomputed, or its reply answers the retry)
+        with ChatServer(model.generate, model_name=self.model.split("/", 1)[-1], workers=self.local.decode_rows,
                         max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True, **serving.server) as server:
             yield LLMPolicy(self.client(serving, server.url, model), tools, seed)
+        if model.batcher is not None:
+            logging.getLogger(__name__).info("batched decoding: %s", model.batcher.summary())

@@ -18,6 +18,7 @@ key/value caches of recent requests, so that an agent's next step prefills only 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from ark.llm import batching
 from ark.llm.decoding import Sampling, Step, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
 from ark.llm.server import HTTPError, chat_completion
@@ -103,7 +105,7 @@ class LocalChatModel:
     def __init__(self, gguf_path: str | os.PathLike | None = None, dtype: str = "auto",
                  adapter: str | os.PathLike | None = None, constrained: bool = True, threads: int | None = None,
                  cache_dir: str | os.PathLike | None = None, merge_adapter: bool = True, name: str = "smollm2",
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, decode_rows: int = 1):
         if threads:
             torch.set_num_threads(threads)
         if dtype == "auto":
@@ -112,28 +114,35 @@ class LocalChatModel:
         gguf_path = Path(gguf_path or default_gguf_path())
         model, tokenizer = load_gguf(gguf_path, dtype, cache_dir)
         weights = fingerprint(gguf_path, adapter, cache_dir)
-        self._setup(model, tokenizer, weights, adapter, constrained, merge_adapter, name, prefix_cache)
+        self._setup(model, tokenizer, weights, adapter, constrained, merge_adapter, name, prefix_cache, decode_rows)
 
     @classmethod
     def from_model(cls, model, tokenizer, *, adapter: str | os.PathLike | None = None, constrained: bool = True,
                    merge_adapter: bool = True, name: str = "local",
-                   prefix_cache: bool = True) -> "LocalChatModel":
+                   prefix_cache: bool = True, decode_rows: int = 1) -> "LocalChatModel":
         """Wrap an already loaded causal LM (tests use a tiny random one). ``adapter`` modifies ``model``."""
         self = cls.__new__(cls)
         self._setup(model, tokenizer, fingerprint(None, adapter), adapter, constrained, merge_adapter, name,
-                    prefix_cache)
+                    prefix_cache, decode_rows)
         return self
 
-    def _setup(self, model, tokenizer, weights: dict, adapter, constrained, merge_adapter, name, prefix_cache):
+    def _setup(self, model, tokenizer, weights: dict, adapter, constrained, merge_adapter, name, prefix_cache,
+               decode_rows):
         if adapter is not None:
             model = apply_adapter(model, adapter, merge_adapter)
         self.model = model.eval()
+        if decode_rows < 1:
+            raise ValueError(f"decode_rows must be at least 1, not {decode_rows}")
+        if decode_rows > 1 and not batching.supports(self.model):
+            raise ValueError(f"decode_rows {decode_rows}: batched decoding needs a Llama-architecture model, "
+                             f"not {self.model.config.model_type!r}")
         self.tokenizer = tokenizer
         self.constrained, self.name = constrained, name
         # what determines the replies to a request (the response cache keys a local endpoint by it)
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
                          "prefill_chunk": PREFILL_CHUNK,  # chunking and threads change bf16 replies: part of what they depend on
-                         "threads": torch.get_num_threads()}
+                         "threads": torch.get_num_threads(),
+                         "decode_rows": decode_rows}  # in float32 the rows of a step change the last bits
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
@@ -141,6 +150,10 @@ class LocalChatModel:
         self.prefix_cache = PrefixCache() if prefix_cache else None
         self._lock = threading.Lock()
         self._calls = 0
+        # decode_rows > 1: the single-token steps of concurrent requests share forward passes (ark.llm.batching);
+        # the lock is then held per forward pass, not per request
+        self.decode_rows = decode_rows
+        self.batcher = batching.StepBatcher(self.model, decode_rows, self._lock) if decode_rows > 1 else None
 
     # ------------------------------------------------------------------ pieces
     def render(self, request: dict) -> str:
@@ -151,10 +164,14 @@ class LocalChatModel:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _stepper(self) -> tuple[Step, Callable[[], None]]:
-        """(step, keep): the first ``step`` prefills the prompt in chunks, from the prefix cache's best entry;
-        ``keep()`` puts the cache there."""
-        cache, prompt = None, []
+    def _stepper(self) -> tuple[Step, Callable[[], None], Callable[[], None]]:
+        """(step, keep, release): the first ``step`` prefills the prompt in chunks, from the prefix cache's best
+        entry; later single-token steps go to the batcher, if any; ``keep()`` puts the cache in the prefix cache;
+        ``release()`` (always, last) tells the batcher this request decodes no more."""
+        cache, prompt, decoding = None, [], []
+        batcher = self.batcher
+        # without a batcher the whole request holds the lock (``generate``); with one, each forward pass does
+        locked = self._lock if batcher is not None else contextlib.nullcontext()
 
         def forward(ids: list[int]) -> torch.Tensor:
             nonlocal cache
@@ -165,23 +182,37 @@ class LocalChatModel:
         def step(ids: list[int]) -> torch.Tensor:
             nonlocal cache
             if prompt:
-                return forward(ids)
+                if batcher is not None and len(ids) == 1:
+                    return batcher.step(cache, ids[0])
+                with locked:
+                    return forward(ids)
             prompt.extend(ids)
-            cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
-            for start in range(done, len(ids), PREFILL_CHUNK):
-                logits = forward(ids[start:start + PREFILL_CHUNK])
+            with locked:
+                cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
+                for start in range(done, len(ids), PREFILL_CHUNK):
+                    logits = forward(ids[start:start + PREFILL_CHUNK])
+            if batcher is not None:
+                batcher.enter()
+                decoding.append(True)
             return logits
 
         def keep() -> None:
             if self.prefix_cache is not None and cache is not None:
-                self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK], cache)
+                with locked:
+                    self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK],
+                                          cache if batcher is None else batching.compact(cache))
 
-        return step, keep
+        def release() -> None:
+            if decoding:
+                batcher.leave()
+                decoding.clear()
+
+        return step, keep, release
 
     # ------------------------------------------------------------------ the callback
     def generate(self, request: dict) -> dict:
         """An OpenAI chat-completions body -> a ``chat.completion`` object (``HTTPError`` 400 on a bad request)."""
-        with self._lock, torch.inference_mode():
+        with self._lock if self.batcher is None else contextlib.nullcontext(), torch.inference_mode():
             return self._generate(request)
 
     def _generate(self, request: dict) -> dict:
@@ -202,22 +233,27 @@ class LocalChatModel:
         sampling = Sampling(1.0 if temperature is None else float(temperature), 1.0 if top_p is None else float(top_p),
                             torch.Generator().manual_seed(0 if seed is None else int(seed)))
         model_name = request.get("model") or self.name
-        step, keep = self._stepper()
-        if self.constrained and tools and tool_choice != "none":
-            try:
-                matcher = self.grammar.matcher(tools, forced_tool_name(tool_choice))
-                out = decode_tool_call(step, prompt_ids, matcher, self.grammar.closing, max_tokens, sampling)
-            except ValueError as e:
-                raise HTTPError(400, str(e)) from None
+        step, keep, release = self._stepper()
+        try:
+            if self.constrained and tools and tool_choice != "none":
+                try:
+                    matcher = self.grammar.matcher(tools, forced_tool_name(tool_choice))
+                    out = decode_tool_call(step, prompt_ids, matcher, self.grammar.closing, max_tokens, sampling)
+                except ValueError as e:
+                    raise HTTPError(400, str(e)) from None
+                release()  # decoded: the batcher's other requests need not wait for this one
+                keep()
+                call = json.loads(self.tokenizer.decode(out, clean_up_tokenization_spaces=False))
+                self._calls += 1
+                message = {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": f"call_{self._calls}", "type": "function",
+                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]}
+                return chat_completion(model_name, message, "tool_calls", len(prompt_ids), len(out))
+            out, finish = decode_text(step, prompt_ids, max_tokens, sampling, self.stop_ids)
+            release()
             keep()
-            call = json.loads(self.tokenizer.decode(out, clean_up_tokenization_spaces=False))
-            self._calls += 1
-            message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": f"call_{self._calls}", "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]}
-            return chat_completion(model_name, message, "tool_calls", len(prompt_ids), len(out))
-        out, finish = decode_text(step, prompt_ids, max_tokens, sampling, self.stop_ids)
-        keep()
-        text = self.tokenizer.decode(out, skip_special_tokens=True)
-        return chat_completion(model_name, {"role": "assistant", "content": text}, finish, len(prompt_ids),
-                               len(out) + (finish == "stop"))
+            text = self.tokenizer.decode(out, skip_special_tokens=True)
+            return chat_completion(model_name, {"role": "assistant", "content": text}, finish, len(prompt_ids),
+                                   len(out) + (finish == "stop"))
+        finally:
+            release()

@@ -1,0 +1,162 @@
+"""Decoding steps of concurrent requests in one forward pass, with replies that do not depend on which requests
+happen to run together.
+
+On CPU a decoding step of the embedded model is a chain of matrix-vector products: the weights are read once per
+token whatever the batch, so a step for ``rows`` requests costs little more than one. Batching is worth it only if
+it cannot change a reply, since the requests that meet in a step depend on timing. ``decode_rows`` makes each row's
+result independent of the others:
+
+- the linear layers always run on ``rows`` rows (the free ones zero): a matrix product's row does not depend on
+  the other rows' values, but in float32 it does depend on their number (the BLAS picks its kernel by shape);
+- attention runs per row over that row's own key/value cache (no padding to another row's length);
+- normalisation, rotary embedding and activations work row by row.
+
+So a reply depends on ``rows`` (part of the model's identity), never on the company it kept.
+``tests/test_batching.py`` checks this bit for bit. Llama-architecture models only (SmolLM2 is one).
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+
+def supports(model) -> bool:
+    """Whether ``decode_rows`` can run ``model`` (a Llama-architecture causal LM)."""
+    inner = getattr(model, "model", None)
+    return (getattr(model.config, "model_type", None) == "llama" and inner is not None
+            and hasattr(inner, "rotary_emb") and hasattr(inner, "layers"))
+
+
+GROW = 256  # positions a row's key/value buffer gains beyond its length when it must grow
+
+
+def append(layer, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append one position to a ``DynamicCache`` layer in place: its keys and values become views of buffers with
+    room to spare, so a step copies one position, not the whole cache (``DynamicLayer.update`` concatenates).
+    A layer that a full forward pass has since concatenated again gets new buffers."""
+    n = layer.keys.shape[-2]
+    bufs = getattr(layer, "ark_buffers", None)
+    if (bufs is None or bufs[0].shape[-2] <= n or bufs[0].data_ptr() != layer.keys.data_ptr()
+            or bufs[1].data_ptr() != layer.values.data_ptr()):
+        size = (*layer.keys.shape[:-2], n + max(n, GROW), layer.keys.shape[-1])
+        bufs = (layer.keys.new_empty(size), layer.values.new_empty(size))
+        bufs[0][..., :n, :] = layer.keys
+        bufs[1][..., :n, :] = layer.values
+        layer.ark_buffers = bufs
+    bufs[0][..., n, :] = key[..., 0, :]
+    bufs[1][..., n, :] = value[..., 0, :]
+    layer.keys, layer.values = bufs[0][..., :n + 1, :], bufs[1][..., :n + 1, :]
+    return layer.keys, layer.values
+
+
+def compact(cache: DynamicCache) -> DynamicCache:
+    """``cache`` with its layers' spare room dropped (before it is kept in the prefix cache)."""
+    for layer in cache.layers:
+        if getattr(layer, "ark_buffers", None) is not None:
+            layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
+            layer.ark_buffers = None
+    return cache
+
+
+def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int) -> torch.Tensor:
+    """One decoding step of ``len(tokens)`` requests: token i extends ``caches[i]`` (updated in place).
+    Returns the next-token logits, float32, one row per request."""
+    n = len(tokens)
+    if not 0 < n <= rows:
+        raise ValueError(f"{n} requests for a step of {rows} rows")
+    inner = model.model
+    ids = torch.zeros(rows, 1, dtype=torch.long)
+    ids[:n, 0] = torch.tensor(tokens)
+    positions = torch.zeros(rows, 1, dtype=torch.long)
+    positions[:n, 0] = torch.tensor([c.get_seq_length() for c in caches])
+    h = inner.embed_tokens(ids)
+    cos, sin = inner.rotary_emb(h, positions)
+    for idx, layer in enumerate(inner.layers):
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        shape = (rows, 1, -1, attn.head_dim)
+        q = attn.q_proj(x).view(shape).transpose(1, 2)
+        k = attn.k_proj(x).view(shape).transpose(1, 2)
+        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        out = torch.zeros(rows, q.shape[1], 1, attn.head_dim, dtype=q.dtype)
+        for i, cache in enumerate(caches):
+            keys, values = append(cache.layers[idx], k[i:i + 1], v[i:i + 1])
+            out[i:i + 1] = F.scaled_dot_product_attention(q[i:i + 1], keys, values, scale=attn.scaling,
+                                                          enable_gqa=True)
+        h = h + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return model.lm_head(inner.norm(h))[:n, 0].float()
+
+
+class StepBatcher:
+    """Joins the single-token decoding steps of concurrent requests into ``decode_rows`` calls.
+
+    Each request's thread calls ``step(cache, token)`` and blocks until its row is computed. One waiting thread at
+    a time leads: it takes the model lock (shared with prefill), gives the other requests that are decoding
+    ``gather_s`` seconds to submit their steps, runs up to ``rows`` of them in one pass and hands each its logits.
+    ``decoding`` counts the requests between their prefill and their last step (``enter``/``leave``), so a lone
+    request never waits."""
+
+    def __init__(self, model, rows: int, lock: threading.Lock, gather_s: float = 0.02):
+        self.model, self.rows, self.lock, self.gather_s = model, rows, lock, gather_s
+        self.cond = threading.Condition()
+        self.pending: list[dict] = []
+        self.decoding = 0
+        self.leading = False
+        self.steps = self.row_steps = 0  # forward passes, and rows computed (for the speed report)
+
+    def enter(self) -> None:
+        with self.cond:
+            self.decoding += 1
+
+    def leave(self) -> None:
+        with self.cond:
+            self.decoding -= 1
+            self.cond.notify_all()
+
+    def summary(self) -> str:
+        mean = self.row_steps / self.steps if self.steps else 0.0
+        return (f"{self.row_steps} single-token steps in {self.steps} forward passes of {self.rows} rows "
+                f"(mean {mean:.2f} rows used)")
+
+    def step(self, cache: DynamicCache, token: int) -> torch.Tensor:
+        job = {"cache": cache, "token": token, "logits": None, "error": None}
+        with self.cond:
+            self.pending.append(job)
+            self.cond.notify_all()
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: job["logits"] is not None or job["error"] or not self.leading)
+                if job["error"]:
+                    raise RuntimeError("a batched decoding step failed") from job["error"]
+                if job["logits"] is not None:
+                    return job["logits"]
+                self.leading = True
+            self._lead()
+
+    def _lead(self) -> None:
+        """Run one pass over the steps waiting (the leader's own among them, unless ``rows`` came before it)."""
+        batch, logits, error = [], None, None
+        try:
+            with self.lock:
+                with self.cond:
+                    self.cond.wait_for(lambda: len(self.pending) >= min(self.decoding, self.rows), self.gather_s)
+                    batch, self.pending = self.pending[:self.rows], self.pending[self.rows:]
+                logits = decode_rows(self.model, [j["cache"] for j in batch], [j["token"] for j in batch], self.rows)
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            with self.cond:
+                self.leading = False
+                if logits is not None:
+                    self.steps += 1
+                    self.row_steps += len(batch)
+                for i, j in enumerate(batch):
+                    j["logits"], j["error"] = (logits[i], None) if logits is not None else (None, error)
+                self.cond.notify_all()

@@ -1,0 +1,120 @@
+"""Batched decoding of the embedded model (``ark.llm.batching``): a request's reply must not depend on which other
+requests shared its forward passes. A tiny random Llama with the real SmolLM2 tokenizer, float32 and bfloat16."""
+import threading
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import ark  # noqa: F401  (offline environment defaults)
+import ark.llm.local as local_module
+from ark.agent.prompt import system_prompt, user_prompt
+from ark.llm import batching
+from ark.llm.local import LocalChatModel
+from tests.test_local_speed import QUESTIONS, conversations, tiny, toolbox  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(local_module, "PREFILL_CHUNK", 32)
+
+
+def prefilled(model, n: int, seed: int) -> DynamicCache:
+    ids = torch.randint(5, model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(seed))
+    with torch.inference_mode():
+        return model(input_ids=ids, use_cache=True).past_key_values
+
+
+def copy(cache: DynamicCache) -> DynamicCache:
+    return DynamicCache([(k.clone(), v.clone()) for k, v, *_ in cache])
+
+
+def test_a_row_does_not_depend_on_the_other_rows(tiny):
+    caches = [prefilled(tiny, n, seed) for seed, n in enumerate((7, 30, 12, 50))]
+    with torch.inference_mode():
+        alone = batching.decode_rows(tiny, [copy(caches[0])], [11], rows=4)
+        together = batching.decode_rows(tiny, [copy(c) for c in caches], [11, 12, 13, 14], rows=4)
+        others = batching.decode_rows(tiny, [copy(c) for c in caches[:1] + caches[2:]], [11, 99, 98], rows=4)
+    assert torch.equal(alone[0], together[0]) and torch.equal(alone[0], others[0])
+    assert together.shape == (4, tiny.config.vocab_size) and together.dtype == torch.float32
+
+
+def test_a_batched_step_computes_what_the_model_computes(tiny):
+    caches = [prefilled(tiny, n, seed) for seed, n in enumerate((9, 40))]
+    with torch.inference_mode():
+        batched = batching.decode_rows(tiny, [copy(c) for c in caches], [21, 22], rows=3)
+        for i, (cache, token) in enumerate(zip(caches, (21, 22))):
+            own = tiny(input_ids=torch.tensor([[token]]), past_key_values=copy(cache), use_cache=True).logits[0, -1]
+            tol = 2e-2 if tiny.dtype == torch.bfloat16 else 1e-5
+            torch.testing.assert_close(batched[i], own.float(), atol=tol, rtol=tol)
+
+
+def test_append_grows_a_layer_in_place_and_follows_a_concatenation(tiny):
+    cache = prefilled(tiny, 10, 0)
+    layer = cache.layers[0]
+    keys0 = layer.keys.clone()
+    new = [torch.randn(1, keys0.shape[1], 1, keys0.shape[-1]).to(keys0.dtype) for _ in range(3)]
+    for k in new:
+        keys, _ = batching.append(layer, k, k)
+    assert torch.equal(keys, torch.cat([keys0, *new], dim=-2))
+    buffer = layer.ark_buffers[0]
+    assert buffer.shape[-2] > keys.shape[-2] and keys.data_ptr() == buffer.data_ptr()
+    layer.update(new[0], new[0])  # a full forward pass concatenates: the buffers are stale
+    keys, _ = batching.append(layer, new[1], new[1])
+    assert torch.equal(keys, torch.cat([keys0, *new, new[0], new[1]], dim=-2))
+    assert layer.ark_buffers[0].data_ptr() != buffer.data_ptr()
+    batching.compact(cache)
+    assert layer.ark_buffers is None and layer.keys.is_contiguous() and layer.keys.shape[-2] == 15
+
+
+def test_more_requests_than_rows_is_refused(tiny):
+    with pytest.raises(ValueError, match="3 requests for a step of 2 rows"):
+        batching.decode_rows(tiny, [prefilled(tiny, 4, s) for s in range(3)], [1, 2, 3], rows=2)
+
+
+def test_concurrent_batched_requests_get_the_replies_they_get_alone(tiny, tokenizer, toolbox, small_chunks):
+    """Free decoding (every step one token) and tool calls (forced runs fed whole), in threads that meet in
+    batched steps, against the same model serving them one after another."""
+    tools = toolbox.schemas()
+    requests = [{"messages": [{"role": "system", "content": system_prompt(toolbox, 5)},
+                              {"role": "user", "content": user_prompt(q)}], "seed": seed, "max_tokens": 24,
+                 **({"tools": tools} if seed % 2 else {})} for q in QUESTIONS for seed in range(4)]
+
+    def reply(model, r):
+        return model.generate(r)["choices"][0]["message"]
+
+    model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
+    alone = [reply(model, r) for r in requests]
+    assert model.batcher.steps == model.batcher.row_steps  # one row a step
+    model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
+    together = [None] * len(requests)
+
+    def send(i):
+        together[i] = reply(model, requests[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    strip = [{k: v for k, v in m.items() if k != "tool_calls"} | {"calls": [c["function"] for c in
+             m.get("tool_calls") or []]} for m in alone]
+    assert [{k: v for k, v in m.items() if k != "tool_calls"} | {"calls": [c["function"] for c in
+            m.get("tool_calls") or []]} for m in together] == strip
+    assert model.batcher.row_steps > model.batcher.steps  # requests did share steps
+    assert model.batcher.decoding == 0 and not model.batcher.pending
+
+
+def test_agents_get_the_same_trajectories_with_and_without_batching(tiny, tokenizer, toolbox, small_chunks):
+    if tiny.dtype != torch.bfloat16:
+        pytest.skip("in float32 the rows of a step change the last bits (hence decode_rows is in the identity)")
+    plain = conversations(LocalChatModel.from_model(tiny, tokenizer), toolbox, steps=3)
+    assert conversations(LocalChatModel.from_model(tiny, tokenizer, decode_rows=4), toolbox, steps=3) == plain
+
+
+def test_decode_rows_is_part_of_the_identity_and_checked(tiny, tokenizer):
+    one = LocalChatModel.from_model(tiny, tokenizer)
+    four = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
+    assert one.batcher is None and four.identity["decode_rows"] == 4 and one.identity["decode_rows"] == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        LocalChatModel.from_model(tiny, tokenizer, decode_rows=0)
