@@ -9,6 +9,11 @@ equals that of the first setting::
 
     python benchmarks/embedded_batched_steps.py --records results/runs/evaluate/student-synthetic/*/records.jsonl \\
         --adapter data/students/embedded --queries 8 --settings 1:1 8:8
+    python benchmarks/embedded_batched_steps.py --kernel [--dtype float32]
+
+``--kernel``: one decoding step alone, no requests: random prompts of 700-3,000 tokens prefilled, then 10 steps of
+1, 2, 4 and 8 rows by ``decode_rows`` against the model's own forward pass one request at a time (ms a token), and
+whether a row alone equals the same row beside others (and the model's own forward pass).
 """
 from __future__ import annotations
 
@@ -19,9 +24,13 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+from transformers import DynamicCache
+
 import ark  # noqa: F401  (offline environment defaults)
 import ark.llm.batching as batching
 from ark.llm.local import LocalChatModel
+from ark.llm.weights import default_gguf_path, load_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
@@ -69,16 +78,60 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
             "replies": replies}
 
 
+def kernel(dtype: str) -> None:
+    model, _ = load_gguf(default_gguf_path(), dtype=dtype, cache_dir="~/.cache/ark/models")
+    model.eval()
+    torch.manual_seed(0)
+
+    def copy(cache):
+        return DynamicCache([(k.clone(), v.clone()) for k, v, *_ in cache])
+
+    def one(cache, token):
+        out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1].float()
+
+    with torch.inference_mode():
+        prompts = [model(input_ids=torch.randint(100, 40000, (1, n)), use_cache=True).past_key_values
+                   for n in (1500, 2100, 900, 2500, 1200, 1800, 3000, 700)]
+        caches = [copy(c) for c in prompts[:4]]
+        t = time.perf_counter()
+        for _ in range(10):
+            for c in caches:
+                one(c, 123)
+        alone = (time.perf_counter() - t) / 40
+        print(f"{dtype}, the model's forward pass, one request at a time: {alone * 1000:.1f} ms a token")
+        for rows in (1, 2, 4, 8):
+            caches = [copy(c) for c in prompts[:rows]]
+            t = time.perf_counter()
+            for _ in range(10):
+                batching.decode_rows(model, caches, [123] * rows, rows)
+            step = (time.perf_counter() - t) / 10
+            print(f"rows {rows}: {step * 1000:.1f} ms a step, {step / rows * 1000:.1f} ms a token, "
+                  f"x{alone * rows / step:.2f} against one at a time")
+        single = batching.decode_rows(model, [copy(prompts[0])], [555], 4)[0]
+        shared = batching.decode_rows(model, [copy(c) for c in prompts[:4]], [555, 7, 8, 9], 4)[0]
+        own = one(copy(prompts[0]), 555)
+        print(f"a row alone equals the row beside 3 others: {torch.equal(single, shared)}; against the model's own "
+              f"pass: max |difference| {(own - single).abs().max().item():.3g}, same argmax "
+              f"{int(own.argmax()) == int(single.argmax())}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=Path, required=True)
+    ap.add_argument("--records", type=Path)
+    ap.add_argument("--kernel", action="store_true", help="time decoding steps alone (no requests)")
+    ap.add_argument("--dtype", default="bfloat16", help="--kernel: the model's dtype")
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--free", action="store_true", help="decode freely (the students, base_free)")
     ap.add_argument("--queries", type=int, default=8)
     ap.add_argument("--settings", nargs="+", default=["1:1", "8:8"])
     args = ap.parse_args()
-    requests = workload(args.records, args.queries, 1)
     print(json.dumps(machine()))
+    if args.kernel:
+        return kernel(args.dtype)
+    if args.records is None:
+        ap.error("--records is required (or --kernel)")
+    requests = workload(args.records, args.queries, 1)
     print(f"{len(requests)} requests of the first {args.queries} queries of {args.records}")
     first = None
     for setting in args.settings:
