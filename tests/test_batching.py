@@ -7,16 +7,10 @@ import torch
 from transformers import DynamicCache
 
 import ark  # noqa: F401  (offline environment defaults)
-import ark.llm.local as local_module
 from ark.agent.prompt import system_prompt, user_prompt
 from ark.llm import batching
 from ark.llm.local import LocalChatModel
-from tests.test_local_speed import QUESTIONS, conversations, tiny, toolbox  # noqa: F401  (fixtures)
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    monkeypatch.setattr(local_module, "PREFILL_CHUNK", 32)
+from tests.test_local_speed import QUESTIONS, conversations, small_chunks, tiny, toolbox  # noqa: F401  (fixtures)
 
 
 def prefilled(model, n: int, seed: int) -> DynamicCache:
