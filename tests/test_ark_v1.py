@@ -136,3 +136,42 @@ def test_a_hosted_backbone_is_offered_the_ark_v1_tools_and_prompt(tiny_project):
         "find_entity", "get_relations", "get_triples", "add_to_answer", "finish"]
     assert "find_entity needs its exact name" in first["messages"][0]["content"]
     assert record.ranking == [3]
+
+
+TIE = """
+import asyncio, json
+from ark.agent.loop import run_agent
+from ark.agent.rules_v1 import RulesV1Policy
+from ark.graph import Graph
+from ark.tools.ark_v1 import ArkV1Toolbox
+from ark.tools.toolbox import ToolConfig
+from tests.helpers import tiny_index
+
+# Tall stature reaches one disease and one gene (a tie between the two types); neither reaches a process
+types = ["disease", "gene/protein", "effect/phenotype", "biological_process"]
+g = Graph.from_tables(types, ["associated with", "phenotype present", "involved in"], [2, 0, 1, 3],
+                      ["N:0", "N:1", "N:2", "N:3"], ["Tall stature", "Marfan syndrome", "FBN1", "Growth"], [{}] * 4,
+                      [1, 2, 2], [0, 0, 3], [1, 0, 2], doc=["tall", "marfan", "fbn1", "growth"])
+tb = ArkV1Toolbox(g, tiny_index(g), ToolConfig(neighbor_k=10))
+words = {"disease": ["disease"], "gene/protein": ["gene"], "biological_process": ["process"]}
+q = "A patient presents with Tall stature. Which process is involved?"
+traj = asyncio.run(run_agent(RulesV1Policy(tb, words, T_max=10).session(q, 0), tb, q, T_max=10, agent=0))
+print(json.dumps([m["tool_calls"] for m in traj.messages if m["role"] == "assistant"]))
+"""
+
+
+def test_rules_v1_breaks_a_tie_between_types_the_same_way_in_every_process():
+    """The type to go through is chosen among tied types by the order of the links, not by a set's string hashes
+    (which differ between processes: PYTHONHASHSEED)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    outs = {subprocess.run([sys.executable, "-c", TIE], cwd=root, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(outs) == 1
+    steps = json.loads(outs.pop())
+    via = [json.loads(c["function"]["arguments"])["relation"] for c in steps[2]]
+    assert [c["function"]["name"] for c in steps[2]] == ["get_triples"] and len(via) == 1

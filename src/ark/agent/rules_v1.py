@@ -125,7 +125,10 @@ class _Session:
             links = {v: self._links(v) for v in self.sources}
             calls = [(v, r) for v in self.sources for (r, t) in links[v] if t == self.target]
             if not calls and self.hop == 0:  # one hop further: the other node type most anchors reach
-                types = Counter(t for v in self.sources for t in {t for (_, t) in links[v]} - {g.type_name(v)})
+                # each source's neighbor types in the order its links list them (not a set's hash order), so a
+                # tie between types is broken the same way in every process
+                types = Counter(t for v in self.sources for t in dict.fromkeys(t for (_, t) in links[v])
+                                if t != g.type_name(v))
                 if types:
                     via = types.most_common(1)[0][0]
                     calls = [(v, r) for v in self.sources for (r, t) in links[v] if t == via]
