@@ -193,3 +193,38 @@ def test_type_and_relation_names_cannot_forge_an_observation_line():
         assert not any(line.startswith("[0]") for line in text.splitlines()[1:]), text
         assert json.dumps(forged) in text
     assert label("effect/phenotype") == "effect/phenotype" and label("associated with") == "associated with"
+
+
+def test_a_pure_tool_computes_each_distinct_call_once_and_hands_out_copies(graph, index):
+    tb = tools(graph, index)
+    computed = []
+    search = tb.search_in_neighborhood
+
+    def counting(*args, **kwargs):
+        computed.append(kwargs)
+        return search(*args, **kwargs)
+
+    tb.search_in_neighborhood = counting
+    args = {"node_index": 5, "query": "heart valve"}
+    first = tb.call("search_in_neighborhood", args, AnswerState())
+    first.nodes.append(-1)  # an agent's record may be changed later: the remembered one is not
+    first.text = "changed"
+    again = tb.call("search_in_neighborhood", dict(args), AnswerState())
+    other = tb.call("search_in_neighborhood", {"node_index": 5, "query": "heart"}, AnswerState())
+    assert len(computed) == 2 and -1 not in again.nodes and again.text.startswith("Neighbors of")
+    assert again == tools(graph, index).call("search_in_neighborhood", args, AnswerState())
+    assert other.nodes != again.nodes or other.text != again.text
+    # an invalid call is not remembered as valid: the same value as a string is still checked
+    assert tb.call("search_in_neighborhood", {"node_index": "5x"}, AnswerState()).error
+    # add_to_answer depends on the answer so far: never remembered
+    state = AnswerState()
+    assert tb.call("add_to_answer", {"answer_nodes": [{"node_index": 1}]}, state).nodes == [1]
+    assert tb.call("add_to_answer", {"answer_nodes": [{"node_index": 1}]}, state).nodes == []
+
+
+def test_remembered_observations_are_bounded(graph, index):
+    tb = tools(graph, index)
+    tb.remembered = 3
+    for q in ["heart", "valve", "finding", "number", "lens"]:
+        tb.call("search_in_graph", {"query": q}, AnswerState())
+    assert len(tb._memo) == 3 and [k[1] for k in tb._memo][0].find("finding") > 0

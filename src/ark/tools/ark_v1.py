@@ -27,6 +27,7 @@ def name_key(text: str) -> str:
 class ArkV1Toolbox(Toolbox):
     toolset = "ark_v1"
     example_call = ("find_entity", {"name": "..."})
+    pure_tools = ("find_entity", "get_relations", "get_triples")
 
     @cached_property
     def names_index(self) -> dict[str, list[int]]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -65,11 +67,18 @@ class ToolError(ValueError):
 class Toolbox:
     toolset = "ark"  # the interface's name (agent.toolset); ark.tools.ark_v1 is the other
     example_call = ("search_in_graph", {"query": "..."})  # shown to a model that replied without a tool call
+    # tools whose observation is a function of their arguments alone (not of the answer state): remembered
+    pure_tools = ("search_in_graph", "search_in_neighborhood")
+    remembered = 20_000  # observations kept (each at most observation_chars)
 
     def __init__(self, graph: Graph, relevance: Relevance, config: ToolConfig = ToolConfig()):
         self.graph = graph
         self.relevance = relevance
         self.config = config
+        # the agents of a run repeat calls (5 sampled agents a query: ~1 call in 5 is new), so each distinct call
+        # of a pure tool is computed once per toolbox; the observations are the same either way
+        self._memo: OrderedDict[tuple, Observation] = OrderedDict()
+        self._memo_lock = threading.Lock()
 
     # ------------------------------------------------------------------ schemas
     def names(self) -> list[str]:
@@ -144,7 +153,10 @@ class Toolbox:
             if longest > self.config.argument_chars:
                 raise ToolError(f"a string argument of {name} has {longest:,} characters; at most "
                                 f"{self.config.argument_chars:,} are accepted")
-            return self._capped(getattr(self, name)(state=state, **args))
+            if name not in self.pure_tools:
+                return self._capped(getattr(self, name)(state=state, **args))
+            return self._remembered((name, repr(sorted(args.items()))),  # repr: 5, "5" and np.int64(5) differ
+                                    lambda: self._capped(getattr(self, name)(**args)))
         except ToolError as e:
             return Observation(text=f"Error: {e}", error=str(e))
         except Exception as e:  # a failing tool must not end the run: the agent sees it, the record counts it
@@ -237,6 +249,20 @@ class Toolbox:
         return Observation(text=f"Finished with {n} node(s) in the answer.")
 
     # ------------------------------------------------------------------ helpers
+    def _remembered(self, key: tuple, compute) -> Observation:
+        """A copy of the observation of ``key``, computed once (LRU of ``remembered`` entries)."""
+        with self._memo_lock:
+            obs = self._memo.get(key)
+            if obs is not None:
+                self._memo.move_to_end(key)
+        if obs is None:
+            obs = compute()
+            with self._memo_lock:
+                self._memo[key] = obs
+                if len(self._memo) > self.remembered:
+                    self._memo.popitem(last=False)
+        return replace(obs, nodes=list(obs.nodes))
+
     def _capped(self, obs: Observation) -> Observation:
         n = self.config.observation_chars
         if len(obs.text) > n:
