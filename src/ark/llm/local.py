@@ -97,8 +97,9 @@ class LocalChatModel:
     Request defaults: temperature 1, top_p 1, seed 0 (replies are a function of the request),
     max_tokens 512. With tools and ``constrained``, ``tool_choice`` "auto"/"required"/None all give
     exactly one call, ``{"type": "function", "function": {"name": X}}`` a call of X, and "none" text.
-    Requests run one at a time (the server is threaded; the model is not). ``dtype`` "auto": bfloat16 where the
-    CPU has it natively, else float32. ``prefix_cache``: keep the key/value caches of recent requests and prefill
+    ``decode_rows`` 1: requests run one at a time (the server is threaded; the model is not); more: concurrent
+    requests are prefilled one at a time and share their single-token decoding steps, ``decode_rows`` rows a
+    forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32. ``prefix_cache``: keep the key/value caches of recent requests and prefill
     only what a prompt adds to one (False: prefill every prompt whole).
     """
 
@@ -150,9 +151,7 @@ class LocalChatModel:
         self.prefix_cache = PrefixCache() if prefix_cache else None
         self._lock = threading.Lock()
         self._calls = 0
-        # decode_rows > 1: the single-token steps of concurrent requests share forward passes (ark.llm.batching);
-        # the lock is then held per forward pass, not per request
-        self.decode_rows = decode_rows
+        # decode_rows > 1: the lock is held per forward pass, not per request
         self.batcher = batching.StepBatcher(self.model, decode_rows, self._lock) if decode_rows > 1 else None
 
     # ------------------------------------------------------------------ pieces
@@ -168,7 +167,7 @@ class LocalChatModel:
         """(step, keep, release): the first ``step`` prefills the prompt in chunks, from the prefix cache's best
         entry; later single-token steps go to the batcher, if any; ``keep()`` puts the cache in the prefix cache;
         ``release()`` (always, last) tells the batcher this request decodes no more."""
-        cache, prompt, decoding = None, [], []
+        cache, prompt, entered = None, [], False
         batcher = self.batcher
         # without a batcher the whole request holds the lock (``generate``); with one, each forward pass does
         locked = self._lock if batcher is not None else contextlib.nullcontext()
@@ -180,7 +179,7 @@ class LocalChatModel:
             return out.logits[0, -1].float()
 
         def step(ids: list[int]) -> torch.Tensor:
-            nonlocal cache
+            nonlocal cache, entered
             if prompt:
                 if batcher is not None and len(ids) == 1:
                     return batcher.step(cache, ids[0])
@@ -193,7 +192,7 @@ class LocalChatModel:
                     logits = forward(ids[start:start + PREFILL_CHUNK])
             if batcher is not None:
                 batcher.enter()
-                decoding.append(True)
+                entered = True
             return logits
 
         def keep() -> None:
@@ -203,9 +202,10 @@ class LocalChatModel:
                                           cache if batcher is None else batching.compact(cache))
 
         def release() -> None:
-            if decoding:
+            nonlocal entered
+            if entered:
                 batcher.leave()
-                decoding.clear()
+                entered = False
 
         return step, keep, release
 
