@@ -5,7 +5,7 @@ ranking, plus timings. Nothing derived from gold labels is in it: per-query scor
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -60,7 +60,9 @@ class QueryRecord:
         return not any(a.errors for a in self.agents)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        # field by field, sharing the messages rather than deep-copying them (dataclasses.asdict): a record is
+        # written as it is, and the copy was a tenth of a rules run's time
+        d = {**_fields(self), "agents": [_fields(a) for a in self.agents]}
         if d["ranking_scores"] is None:
             del d["ranking_scores"]
         return d
@@ -70,3 +72,7 @@ class QueryRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{**{k: v for k, v in d.items() if k in known},
                       "agents": [Trajectory.from_dict(a) for a in d.get("agents", [])]})
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
