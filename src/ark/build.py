@@ -173,16 +173,16 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
         rows = rows[: cfg.eval.limit]
     if not rows:
         raise UserError(f"no queries in {cfg.dataset.queries_dir}/{cfg.split}.jsonl")
-    seen = set()
-    for i, q in enumerate(rows, 1):
-        where = f"{cfg.dataset.queries_dir}/{cfg.split}.jsonl row {i}"
+    seen, path, query_chars = set(), f"{cfg.dataset.queries_dir}/{cfg.split}.jsonl", cfg.limits.query_chars
+    for i, q in enumerate(rows, 1):  # config values read once: each read of an interpolated key parses it again
+        where = f"{path} row {i}"
         if not isinstance(q.get("id"), str) or not isinstance(q.get("query"), str) or not q["query"].strip():
             raise UserError(f"{where}: needs a string 'id' and a non-empty string 'query'")
         if q["id"] in seen:
             raise UserError(f"{where}: duplicate query id {q['id']!r}")
-        if len(q["query"]) > cfg.limits.query_chars:
+        if len(q["query"]) > query_chars:
             raise UserError(f"{where}: the question has {len(q['query']):,} characters, over limits.query_chars="
-                            f"{cfg.limits.query_chars:,}")
+                            f"{query_chars:,}")
         seen.add(q["id"])
         if not labels:
             continue
