@@ -99,8 +99,9 @@ class LocalChatModel:
     exactly one call, ``{"type": "function", "function": {"name": X}}`` a call of X, and "none" text.
     ``decode_rows`` 1: requests run one at a time (the server is threaded; the model is not); more: concurrent
     requests are prefilled one at a time and share their single-token decoding steps, ``decode_rows`` rows a
-    forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32. ``prefix_cache``: keep the key/value caches of recent requests and prefill
-    only what a prompt adds to one (False: prefill every prompt whole).
+    forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
+    ``prefix_cache``: keep the key/value caches of recent requests and prefill only what a prompt adds to one
+    (False: prefill every prompt whole).
     """
 
     def __init__(self, gguf_path: str | os.PathLike | None = None, dtype: str = "auto",
@@ -139,11 +140,11 @@ class LocalChatModel:
                              f"not {self.model.config.model_type!r}")
         self.tokenizer = tokenizer
         self.constrained, self.name = constrained, name
-        # what determines the replies to a request (the response cache keys a local endpoint by it)
+        # what determines the replies to a request (the response cache keys a local endpoint by it): chunking and
+        # threads change bfloat16 replies, the rows of a decoding step float32 ones
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
-                         "prefill_chunk": PREFILL_CHUNK,  # chunking and threads change bf16 replies: part of what they depend on
-                         "threads": torch.get_num_threads(),
-                         "decode_rows": decode_rows}  # in float32 the rows of a step change the last bits
+                         "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
+                         "decode_rows": decode_rows}
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
@@ -245,9 +246,10 @@ class LocalChatModel:
                 keep()
                 call = json.loads(self.tokenizer.decode(out, clean_up_tokenization_spaces=False))
                 self._calls += 1
+                arguments = json.dumps(call["arguments"], ensure_ascii=False)
                 message = {"role": "assistant", "content": None, "tool_calls": [{
                     "id": f"call_{self._calls}", "type": "function",
-                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]}
+                    "function": {"name": call["name"], "arguments": arguments}}]}
                 return chat_completion(model_name, message, "tool_calls", len(prompt_ids), len(out))
             out, finish = decode_text(step, prompt_ids, max_tokens, sampling, self.stop_ids)
             release()

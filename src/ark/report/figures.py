@@ -145,7 +145,11 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
         ax.set_title(q)
         ax.set_ylim(0, 100)
         ax.set_xlim(-3, 1.2 * max(xs))
-        ax.legend(fontsize=8, loc="lower right")
+    legend = {}  # one legend, right of the panels, where it covers no point
+    for ax in axes[0]:
+        legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
+    axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1),
+                       frameon=False)
     fig.suptitle("Figure 4: distillation budget on BioKG")
     return [_save(fig, out / "figure4_distillation_budget.png")]
 
