@@ -272,3 +272,52 @@ def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):
     (result,) = report["results"]
     assert result["tokens"] > 0 and result["tokens_per_s"] > 0 and result["loss_finite"]
     assert json.loads((tmp_path / "bench.json").read_text())["linear_params"] == report["linear_params"] > 0
+
+
+def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, tokenizer, tmp_path):
+    """distill.budgets: the adapter saved after the updates on the first query of each teacher run equals, bit for
+    bit, the adapter of a training on those trajectories alone; it gets its own report and model card."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ark.errors import UserError
+    from ark.stages import distill
+
+    _, run_dir, overrides = rules_run
+    first = tmp_path / "first" / Path(run_dir).name  # the teacher run cut to its first query
+    shutil.copytree(run_dir, first)
+    records = (first / "records.jsonl").read_text().splitlines(keepends=True)
+    (first / "records.jsonl").write_text(records[0])
+    recipe = ["distill=smoke", "distill.max_steps=null", "distill.val_fraction=0", "distill.lora.dropout=0.1"]
+
+    def train(teacher: Path, out: Path, budgets: str):
+        torch.manual_seed(0)
+        tiny = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                            num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+                                            max_position_embeddings=4096))
+        cfg = compose_cfg(overrides + recipe + [f"distill.teacher=[{teacher},{teacher}]", f"distill.out={out}",
+                                                f"distill.budgets={budgets}",
+                                                f"distill.publish={out.parent}-published/{out.name}"])
+        return distill.run(cfg, tiny, tokenizer)
+
+    whole = train(Path(run_dir), tmp_path / "a" / "student", "{small: 1}")
+    alone = train(first, tmp_path / "b" / "student", "{all: 1}")
+    n_agents = len(json.loads(records[0])["agents"])
+    assert whole["steps"] == 2 * len(records) * n_agents and alone["steps"] == 2 * n_agents
+    assert whole["budgets"] == {str(tmp_path / "a" / "small"): 2 * n_agents}
+    small = load_file(tmp_path / "a" / "small" / "adapter_model.safetensors")
+    reference = load_file(tmp_path / "b" / "student" / "adapter_model.safetensors")
+    final = load_file(tmp_path / "a" / "student" / "adapter_model.safetensors")
+    assert small.keys() == reference.keys()
+    assert all(torch.equal(small[k], reference[k]) for k in small)
+    assert not all(torch.equal(small[k], final[k]) for k in small)  # the later updates changed the whole student
+    report = json.loads((tmp_path / "a-published" / "small" / "report.json").read_text())
+    assert report["report"]["train_samples"] == 2 * n_agents and report["queries_per_teacher_run"] == 1
+    assert "first 1 queries of each teacher run" in (tmp_path / "a" / "small" / "README.md").read_text()
+    with pytest.raises(UserError, match="constant schedule"):
+        cfg = compose_cfg(overrides + ["distill=smoke", f"distill.teacher={run_dir}", "distill.budgets={s: 1}",
+                                       "distill.scheduler=cosine", f"distill.out={tmp_path}/c"])
+        distill.run(cfg, None, tokenizer)

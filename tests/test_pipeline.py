@@ -1,12 +1,14 @@
 """The pipeline's wiring: DVC stages vs. Hydra configs, and stage run(cfg) on a tiny graph."""
 import importlib
 import json
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ark.errors import UserError
 from tests.conftest import compose_cfg
@@ -84,9 +86,25 @@ def test_dvc_pipeline_parses_into_one_chain():
     assert out.returncode == 0, out.stderr[-2000:]
     for stage in ("download", "build_graph@biokg_lpo", "build_index@biokg-bm25", "make_queries@synthetic",
                   "baseline@synthetic-bm25", "baseline@phenopackets-lpo-bm25",
-                  "evaluate@rules-synthetic", "collect@rules-synthetic", "distill@embedded",
+                  "evaluate@rules-synthetic", "collect@rules-synthetic", "distill",
                   "evaluate@student-synthetic", "report"):
         assert stage in out.stdout
+
+
+def test_the_distill_stage_declares_every_adapter_its_recipe_writes():
+    """DVC keeps only declared outputs: the student and one sibling directory per budget of its recipe."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["distill"]
+    cmd = " ".join(stage["cmd"].split())
+    recipe = re.search(r"distill=(\S+)", cmd).group(1)
+    out = Path(re.search(r"distill\.out=(\S+)", cmd).group(1))
+    publish = Path(re.search(r"distill\.publish=(\S+)", cmd).group(1))
+    budgets = yaml.safe_load((ROOT / "conf" / "distill" / f"{recipe}.yaml").read_text())["budgets"]
+    names = [out.name, *budgets]
+    outs = [o if isinstance(o, str) else next(iter(o)) for o in stage["outs"]]
+    assert sorted(outs) == sorted([str(out.parent / n) for n in names]
+                                  + [str(publish.parent / n / f) for n in names for f in ("report.json", "README.md")])
+    assert sorted(next(iter(p)) for p in stage["plots"]) == sorted(str(publish.parent / n / "curve.json")
+                                                                   for n in names)
 
 
 def test_build_index_then_baseline(tiny_project):

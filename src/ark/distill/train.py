@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 from ark.errors import UserError
@@ -45,15 +46,16 @@ def lora_config(d):
                       target_modules=d.lora.target_modules, task_type="CAUSAL_LM")
 
 
-def sft_config(d, out_dir: Path, seed: int, has_val: bool):
+def sft_config(d, out_dir: Path, seed: int, has_val: bool, sequential: bool = False):
     from trl import SFTConfig
 
     eval_every = d.eval_steps if has_val else None
     # transformers renamed gradient_checkpointing to activation_checkpointing (5.2x); GPU hosts may have either
     fields = {f.name for f in dataclasses.fields(SFTConfig)}
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    order = {"train_sampling_strategy": "sequential"} if sequential else {}  # else shuffled by data_seed
     return SFTConfig(
-        **{checkpointing: d.gradient_checkpointing},
+        **{checkpointing: d.gradient_checkpointing}, **order,
         output_dir=str(out_dir / "checkpoints"),
         num_train_epochs=d.epochs,
         max_steps=d.max_steps if d.max_steps else -1,
@@ -139,9 +141,27 @@ def labelled_loss_trainer():
     return LabelledLossTrainer
 
 
-def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Path, seed: int = 0):
+def snapshot_saver(snapshots: dict[Path, int], tokenizer, start: float, taken: dict):
+    """A trainer callback that saves the adapter (and tokenizer) to each snapshot directory after its number of
+    updates, and notes in ``taken`` (directory -> dict) the updates and the seconds since ``start``."""
+    from transformers import TrainerCallback
+
+    class SnapshotSaver(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            for directory, steps in snapshots.items():
+                if state.global_step == steps:
+                    model.save_pretrained(str(directory))
+                    tokenizer.save_pretrained(str(directory))
+                    taken[directory] = {"steps": steps, "seconds": round(time.perf_counter() - start, 1)}
+
+    return SnapshotSaver()
+
+
+def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Path, seed: int = 0,
+            sequential: bool = False):
     """The trainer of ``train_lora`` on tokenized samples (packed into rows with ``d.pack``). With ``d.liger``
-    (the GPU recipes) trl's own loss, whose Triton LM head already scores the labelled positions only."""
+    (the GPU recipes) trl's own loss, whose Triton LM head already scores the labelled positions only.
+    ``sequential``: the samples in the order given (else shuffled)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
@@ -153,24 +173,44 @@ def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Pa
         columns += ("seq_lengths",)
     to_dataset = lambda rows: Dataset.from_list([{c: r[c] for c in columns} for r in rows])  # noqa: E731
     cls = SFTTrainer if d.liger else labelled_loss_trainer()
-    return cls(model=model, args=sft_config(d, out_dir, seed, bool(val)), train_dataset=to_dataset(train),
+    return cls(model=model, args=sft_config(d, out_dir, seed, bool(val), sequential), train_dataset=to_dataset(train),
                eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
                peft_config=lora_config(d))
 
 
-def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: str | Path, seed: int = 0) -> dict:
+def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: str | Path, seed: int = 0,
+               snapshots: dict[Path, int] | None = None) -> dict:
     """Train a LoRA adapter on ``model``; save it (and its tokenizer) to ``out_dir``; return the training curve
-    and the best validation loss."""
+    and the best validation loss. ``snapshots`` (directory -> n): also the adapter after its first n updates, one
+    sample each, in the order of ``train`` (no shuffling then), with its own report under ``"snapshots"``."""
     out_dir = Path(out_dir)
     tokens = sum(len(s["input_ids"]) for s in train)
-    t = trainer(model, tokenizer, train, val, d, out_dir, seed)
+    t = trainer(model, tokenizer, train, val, d, out_dir, seed, sequential=bool(snapshots))
+    taken: dict = {}
+    if snapshots:
+        t.add_callback(snapshot_saver(snapshots, tokenizer, time.perf_counter(), taken))
     result = t.train()
     t.save_model(str(out_dir))  # the adapter (the best checkpoint when validating)
     curve = [{k: v for k, v in row.items()} for row in t.state.log_history]
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
-    return {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
-            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
-            "val_samples": len(val), "train_tokens": tokens, "train_rows": len(t.train_dataset),
-            "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1),
-            "dtype": str(model.dtype).removeprefix("torch.")}
+    dtype = str(model.dtype).removeprefix("torch.")
+    report = {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
+              "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
+              "val_samples": len(val), "train_tokens": tokens, "train_rows": len(t.train_dataset),
+              "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1), "dtype": dtype}
+    if snapshots:
+        report["snapshots"] = {}
+        for directory, n in snapshots.items():
+            if directory not in taken:
+                raise RuntimeError(f"training stopped after {result.global_step} updates, before the snapshot "
+                                   f"of {n} ({directory})")
+            losses = [row["loss"] for row in curve if "loss" in row and row["step"] <= n]
+            part = [row for row in curve if row["step"] <= n]
+            (Path(directory) / "curve.json").write_text(json.dumps(part, indent=1))
+            report["snapshots"][str(directory)] = {
+                "train_loss": round(sum(losses) / len(losses), 4) if losses else None, "steps": n,
+                "best_eval_loss": None, "train_samples": n, "val_samples": 0,
+                "train_tokens": sum(len(s["input_ids"]) for s in train[:n]), "train_rows": n,
+                "train_seconds": taken[directory]["seconds"], "dtype": dtype}
+    return report

@@ -5,9 +5,16 @@ reads the teacher run's ``records.jsonl`` (no gold in it), renders every traject
 inference (``ark.distill.sft``), holds out ``distill.val_fraction`` of the queries (by id) for the validation
 loss, trains LoRA (``ark.distill.train``) and writes the adapter with ``curve.json``, ``report.json`` and a
 model card ``README.md``. The adapter is then a backbone: ``backbone=student backbone.local.adapter=<dir>``.
+
+``distill.budgets`` ({name: k}): the students of smaller teacher budgets from the same training. The samples go
+in query order, the teacher runs interleaved (each run's first query, then each run's second, ...), one update
+each at a learning rate that does not depend on the number of updates; the adapter after the updates on the first
+k queries of every run is then exactly the student trained on those alone, and is written to the sibling
+directory ``name`` of ``distill.out`` (and of ``distill.publish``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -50,7 +57,9 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         if config.get("dataset", {}).get("name") != cfg.dataset.name:
             raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, not on "
                             f"{cfg.dataset.name}")
-    records = [r for _, recs in runs for r in recs]
+    budgets = dict(d.get("budgets") or {})
+    if budgets:
+        check_nested(d, budgets)
     tools = build.toolbox(cfg).schemas()  # the tool set the student will be served with
     from ark.distill.sft import sft_samples
     from ark.distill.train import load_base, train_lora
@@ -58,29 +67,70 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     if model is None:
         model, tokenizer = load_base(d, cfg.paths.models)
 
-    samples = list(sft_samples(records, tools, tokenizer, d.max_tokens))
+    samples = []
+    for i, (_, recs) in enumerate(runs):  # records are in query order
+        place = {r.id: p for p, r in enumerate(recs)}
+        samples += [{**s, "place": (place[s["id"]], i)} for s in sft_samples(recs, tools, tokenizer, d.max_tokens)]
+    if budgets:
+        samples.sort(key=lambda s: s["place"])  # stable: a query's agents stay in order
     fractions = (1 - d.val_fraction, d.val_fraction, 0.0)
     train = [s for s in samples if split_of(s["id"], fractions) == "train"]
     val = [s for s in samples if split_of(s["id"], fractions) == "val"]
     if not train:
-        raise UserError(f"no training samples from {d.teacher} ({len(samples)} samples, {len(records)} records)")
+        n_records = sum(len(recs) for _, recs in runs)
+        raise UserError(f"no training samples from {d.teacher} ({len(samples)} samples, {n_records} records)")
+    # each budget's directory -> its number of updates: the samples of the first k queries of every run
+    snapshots = {Path(d.out).parent / name: sum(s["place"][0] < k for s in train) for name, k in budgets.items()}
+    if any(n == 0 for n in snapshots.values()):
+        raise UserError(f"distill.budgets {budgets}: a budget without training samples")
     start = time.perf_counter()
-    with atomic_dir(d.out) as tmp:
-        report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed)
+    teacher_cards = [{"run": t.name, "config": c} for t, (c, _) in zip(teachers, runs)]
+    recipe = OmegaConf.to_container(d, resolve=True)
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(atomic_dir(d.out))
+        tmps = {out: stack.enter_context(atomic_dir(out)) for out in snapshots}
+        report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed,
+                            {tmps[out]: n for out, n in snapshots.items()} or None)
         report["seconds"] = round(time.perf_counter() - start, 1)
-        card = {"teachers": [{"run": t.name, "config": c} for t, (c, _) in zip(teachers, runs)],
-                "recipe": OmegaConf.to_container(d, resolve=True), "report": report}
-        write_json(tmp / "report.json", card)
-        (tmp / "README.md").write_text(model_card(card))
+        parts = report.pop("snapshots", {})
+        cards = {tmp: {"teachers": teacher_cards, "recipe": recipe, "report": report}}
+        for (name, k), out in zip(budgets.items(), snapshots):
+            cards[tmps[out]] = {"teachers": teacher_cards, "recipe": recipe, "queries_per_teacher_run": k,
+                                "report": {**parts[str(tmps[out])], "of": Path(d.out).name}}
+        for directory, card in cards.items():
+            write_json(directory / "report.json", card)
+            (directory / "README.md").write_text(model_card(card))
     if d.get("publish"):
-        Path(d.publish).mkdir(parents=True, exist_ok=True)
-        for name in PUBLISHED:
-            shutil.copyfile(Path(d.out) / name, Path(d.publish) / name)
-    return {**report, "out": str(d.out)}
+        for out in [Path(d.out), *snapshots]:
+            published = Path(d.publish).parent / out.name if out != Path(d.out) else Path(d.publish)
+            published.mkdir(parents=True, exist_ok=True)
+            for name in PUBLISHED:
+                shutil.copyfile(out / name, published / name)
+    return {**report, "out": str(d.out), "budgets": {str(out): n for out, n in snapshots.items()}}
+
+
+def check_nested(d, budgets: dict) -> None:
+    """Budgets need updates that a later sample cannot change: one sample an update, no held-out split, a learning
+    rate that does not depend on the number of updates, and every update run."""
+    problems = [f"{key} {value}" for key, value, ok in (
+        ("scheduler", d.scheduler, d.scheduler in ("constant", "constant_with_warmup")),
+        ("warmup", d.warmup, d.warmup == 0 or (d.warmup >= 1 and float(d.warmup).is_integer())),
+        ("val_fraction", d.val_fraction, not d.val_fraction),
+        ("batch_size", d.batch_size, d.batch_size == 1), ("grad_accum", d.grad_accum, d.grad_accum == 1),
+        ("pack", d.pack, not d.pack), ("max_steps", d.max_steps, not d.max_steps), ("epochs", d.epochs, d.epochs == 1))
+        if not ok]
+    if problems:
+        raise UserError(f"distill.budgets needs a constant schedule (warm-up in whole steps), val_fraction 0, "
+                        f"batch_size 1, grad_accum 1, no packing, one epoch and no max_steps; got "
+                        f"{', '.join(problems)}")
+    for name, k in budgets.items():
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1 or "/" in str(name):
+            raise UserError(f"distill.budgets: {name}: {k} (a directory name: a whole number of queries >= 1)")
 
 
 def model_card(card: dict) -> str:
     r, rep = card["recipe"], card["report"]
+    k = card.get("queries_per_teacher_run")
     teachers = [f"`{t['config']['backbone']['name']}` (temperature {t['config']['backbone'].get('temperature')}) on "
                 f"{t['config']['dataset']['name']} / {t['config']['queries']['name']} / {t['config']['split']}, "
                 f"{t['config']['agent']['n_agents']} trajectories per query (run `{t['run']}`)"
@@ -91,12 +141,15 @@ def model_card(card: dict) -> str:
         "",
         "- Teacher: " + "; ".join(teachers) + "; label-free: no gold, no filtering by correctness.",
         f"- Data: {rep['train_samples']} training and {rep['val_samples']} validation trajectories, "
-        f"{rep['train_tokens']:,} training tokens; loss on assistant tokens only.",
+        f"{rep['train_tokens']:,} training tokens; loss on assistant tokens only."
+        + (f" The trajectories of the first {k} queries of each teacher run: the `{rep['of']}` training after "
+           f"its first {rep['steps']} updates." if k else ""),
         f"- Recipe: LoRA r {r['lora']['r']}, alpha {r['lora']['alpha']}, dropout {r['lora']['dropout']} on "
-        f"{r['lora']['target_modules']}; learning rate {r['learning_rate']}, {r['epochs']} epoch(s), "
-        f"checkpoint by validation loss.",
-        f"- Result: train loss {rep['train_loss']}, best validation loss {rep['best_eval_loss']}, "
-        f"{rep['steps']} steps in {rep.get('seconds')} s. Curve: `curve.json`.",
+        f"{r['lora']['target_modules']}; learning rate {r['learning_rate']} ({r['scheduler']}), {r['epochs']} "
+        f"epoch(s), " + ("checkpoint by validation loss." if rep["val_samples"] else "the last checkpoint."),
+        f"- Result: train loss {rep['train_loss']}, "
+        + (f"best validation loss {rep['best_eval_loss']}, " if rep["val_samples"] else "")
+        + f"{rep['steps']} steps in {rep.get('seconds', rep['train_seconds'])} s. Curve: `curve.json`.",
         "- Serve: `backbone=student backbone.local.adapter=<this directory>`.",
         "",
     ])
