@@ -91,6 +91,15 @@ def test_dvc_pipeline_parses_into_one_chain():
         assert stage in out.stdout
 
 
+def test_dvc_lock_records_only_the_stages_of_dvc_yaml():
+    """DVC keeps the lock entries of removed or renamed stages, and rereads and rewrites the whole lock after every
+    stage: stale entries cost every stage of a cold run (27 of them were 23 % of dvc.lock). Prune with
+    ``dvc.utils.serialize.modify_yaml`` (it keeps DVC's own format)."""
+    names = {name for name, _, _, _ in dvc_stages() if ":" not in name}  # stark/dvc.yaml's are `stark/dvc.yaml:x`
+    locked = set(yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"])
+    assert sorted(locked - names) == []
+
+
 def test_the_distill_stage_declares_every_adapter_its_recipe_writes():
     """DVC keeps only declared outputs: the student and one sibling directory per budget of its recipe."""
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["distill"]

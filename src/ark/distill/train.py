@@ -141,9 +141,18 @@ def labelled_loss_trainer():
     return LabelledLossTrainer
 
 
+def training_report(loss, steps: int, evals: list, train: list[dict], val: list[dict], rows: int, seconds: float,
+                    dtype: str) -> dict:
+    """What a model card and report.json say about one adapter's training."""
+    return {"train_loss": round(float(loss), 4) if loss is not None else None, "steps": steps,
+            "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
+            "val_samples": len(val), "train_tokens": sum(len(s["input_ids"]) for s in train), "train_rows": rows,
+            "train_seconds": seconds, "dtype": dtype}
+
+
 def snapshot_saver(snapshots: dict[Path, int], tokenizer, start: float, taken: dict):
     """A trainer callback that saves the adapter (and tokenizer) to each snapshot directory after its number of
-    updates, and notes in ``taken`` (directory -> dict) the updates and the seconds since ``start``."""
+    updates, and notes in ``taken`` (directory -> seconds since ``start``) when it did."""
     from transformers import TrainerCallback
 
     class SnapshotSaver(TrainerCallback):
@@ -152,7 +161,7 @@ def snapshot_saver(snapshots: dict[Path, int], tokenizer, start: float, taken: d
                 if state.global_step == steps:
                     model.save_pretrained(str(directory))
                     tokenizer.save_pretrained(str(directory))
-                    taken[directory] = {"steps": steps, "seconds": round(time.perf_counter() - start, 1)}
+                    taken[directory] = round(time.perf_counter() - start, 1)
 
     return SnapshotSaver()
 
@@ -184,7 +193,6 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir:
     and the best validation loss. ``snapshots`` (directory -> n): also the adapter after its first n updates, one
     sample each, in the order of ``train`` (no shuffling then), with its own report under ``"snapshots"``."""
     out_dir = Path(out_dir)
-    tokens = sum(len(s["input_ids"]) for s in train)
     t = trainer(model, tokenizer, train, val, d, out_dir, seed, sequential=bool(snapshots))
     taken: dict = {}
     if snapshots:
@@ -195,22 +203,17 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir:
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
     dtype = str(model.dtype).removeprefix("torch.")
-    report = {"train_loss": round(float(result.training_loss), 4), "steps": int(result.global_step),
-              "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
-              "val_samples": len(val), "train_tokens": tokens, "train_rows": len(t.train_dataset),
-              "train_seconds": round(float(result.metrics.get("train_runtime", 0.0)), 1), "dtype": dtype}
+    report = training_report(result.training_loss, int(result.global_step), evals, train, val,
+                             len(t.train_dataset), round(float(result.metrics.get("train_runtime", 0.0)), 1), dtype)
     if snapshots:
         report["snapshots"] = {}
         for directory, n in snapshots.items():
             if directory not in taken:
                 raise RuntimeError(f"training stopped after {result.global_step} updates, before the snapshot "
                                    f"of {n} ({directory})")
-            losses = [row["loss"] for row in curve if "loss" in row and row["step"] <= n]
             part = [row for row in curve if row["step"] <= n]
             (Path(directory) / "curve.json").write_text(json.dumps(part, indent=1))
-            report["snapshots"][str(directory)] = {
-                "train_loss": round(sum(losses) / len(losses), 4) if losses else None, "steps": n,
-                "best_eval_loss": None, "train_samples": n, "val_samples": 0,
-                "train_tokens": sum(len(s["input_ids"]) for s in train[:n]), "train_rows": n,
-                "train_seconds": taken[directory]["seconds"], "dtype": dtype}
+            losses = [row["loss"] for row in part if "loss" in row]
+            report["snapshots"][str(directory)] = training_report(
+                sum(losses) / len(losses) if losses else None, n, [], train[:n], [], n, taken[directory], dtype)
     return report

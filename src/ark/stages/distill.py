@@ -79,34 +79,35 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     if not train:
         n_records = sum(len(recs) for _, recs in runs)
         raise UserError(f"no training samples from {d.teacher} ({len(samples)} samples, {n_records} records)")
-    # each budget's directory -> its number of updates: the samples of the first k queries of every run
-    snapshots = {Path(d.out).parent / name: sum(s["place"][0] < k for s in train) for name, k in budgets.items()}
-    if any(n == 0 for n in snapshots.values()):
+    # each budget's directory and number of updates: the samples of the first k queries of every run
+    outs = {name: Path(d.out).parent / name for name in budgets}
+    updates = {name: sum(s["place"][0] < k for s in train) for name, k in budgets.items()}
+    if any(n == 0 for n in updates.values()):
         raise UserError(f"distill.budgets {budgets}: a budget without training samples")
     start = time.perf_counter()
     teacher_cards = [{"run": t.name, "config": c} for t, (c, _) in zip(teachers, runs)]
     recipe = OmegaConf.to_container(d, resolve=True)
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(atomic_dir(d.out))
-        tmps = {out: stack.enter_context(atomic_dir(out)) for out in snapshots}
+        tmps = {name: stack.enter_context(atomic_dir(out)) for name, out in outs.items()}
         report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed,
-                            {tmps[out]: n for out, n in snapshots.items()} or None)
+                            {tmps[name]: updates[name] for name in budgets} or None)
         report["seconds"] = round(time.perf_counter() - start, 1)
         parts = report.pop("snapshots", {})
         cards = {tmp: {"teachers": teacher_cards, "recipe": recipe, "report": report}}
-        for (name, k), out in zip(budgets.items(), snapshots):
-            cards[tmps[out]] = {"teachers": teacher_cards, "recipe": recipe, "queries_per_teacher_run": k,
-                                "report": {**parts[str(tmps[out])], "of": Path(d.out).name}}
+        for name, k in budgets.items():
+            cards[tmps[name]] = {"teachers": teacher_cards, "recipe": recipe, "queries_per_teacher_run": k,
+                                 "report": {**parts[str(tmps[name])], "of": Path(d.out).name}}
         for directory, card in cards.items():
             write_json(directory / "report.json", card)
             (directory / "README.md").write_text(model_card(card))
     if d.get("publish"):
-        for out in [Path(d.out), *snapshots]:
+        for out in [Path(d.out), *outs.values()]:
             published = Path(d.publish).parent / out.name if out != Path(d.out) else Path(d.publish)
             published.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
                 shutil.copyfile(out / name, published / name)
-    return {**report, "out": str(d.out), "budgets": {str(out): n for out, n in snapshots.items()}}
+    return {**report, "out": str(d.out), "budgets": {str(outs[name]): updates[name] for name in budgets}}
 
 
 def check_nested(d, budgets: dict) -> None:
