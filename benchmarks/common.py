@@ -28,6 +28,8 @@ def machine(packages=()) -> dict:
                     cpu_capability=torch.backends.cpu.get_cpu_capability())
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(0)
-    # set, these make torch use AVX2 kernels only: an AVX2-only CPU simulated on one with AVX-512 or AMX
-    info["isa_limits"] = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY") if k in os.environ}
+    # set, these make torch use AVX2 kernels only: an AVX2-only CPU simulated on one with AVX-512 or AMX (MKL's
+    # float32 matrix products ignore the first two and keep AVX-512 unless MKL_ENABLE_INSTRUCTIONS=AVX2 is set too)
+    info["isa_limits"] = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+                          if k in os.environ}
     return info

@@ -21,6 +21,16 @@ def shared_dir() -> Path:
     return SHARED
 
 
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def compose_cfg(overrides, hydra_config=False):
     from ark.config import compose
 

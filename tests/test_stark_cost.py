@@ -1,18 +1,14 @@
 """benchmarks/stark_cost.py: calls, tokens, dollars and hours of the STaRK test splits from a run's records."""
-import importlib.util
 import re
 import sys
 
 import pytest
 
-from tests.conftest import ROOT, compose_cfg
+from tests.conftest import compose_cfg, load_benchmark
 
 
 def stark_cost():
-    spec = importlib.util.spec_from_file_location("stark_cost", ROOT / "benchmarks" / "stark_cost.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("stark_cost")
 
 
 def test_hours_shrink_with_concurrency_until_a_token_limit_sets_the_pace():
