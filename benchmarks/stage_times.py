@@ -94,7 +94,10 @@ def main(path: str, cpu: str | None = None) -> None:
     spans, total = stage_spans(Path(path).read_text(errors="replace").splitlines())
     samples = busy_counter(cpu) if cpu else None
     day = datetime.fromtimestamp(samples[0][0]).date() if samples and samples[0] else None
-    epoch = lambda t: (datetime.combine(day, datetime.min.time()) + (t - datetime(1900, 1, 1))).timestamp()  # noqa: E731
+
+    def epoch(t: datetime) -> float:  # a log stamp (1900-01-01 plus days past midnight) on the samples' day
+        return (datetime.combine(day, datetime.min.time()) + (t - datetime(1900, 1, 1))).timestamp()
+
     by_kind, core_seconds, covered = defaultdict(float), defaultdict(float), defaultdict(float)
     print(f"{'stage':58} {'min':>7}" + (f" {'busy cores':>10}" if samples else ""))
     for name, start, end in spans:
@@ -113,12 +116,8 @@ def main(path: str, cpu: str | None = None) -> None:
     print(f"\n{len(spans)} stages run; the log spans {total / 60:.1f} min")
     whole = busy_cores(samples, epoch(spans[0][1]), epoch(spans[-1][2])) if samples and spans else None
     if whole is not None:
-        print(f"busy cores over the stages: {whole:.2f} on average, {whole * total_stages(spans) / 60:.1f} "
-              f"core-minutes")
-
-
-def total_stages(spans) -> float:
-    return (spans[-1][2] - spans[0][1]).total_seconds()
+        minutes = (spans[-1][2] - spans[0][1]).total_seconds() / 60
+        print(f"busy cores over the stages: {whole:.2f} on average, {whole * minutes:.1f} core-minutes")
 
 
 if __name__ == "__main__":
