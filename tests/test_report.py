@@ -155,6 +155,23 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     assert first == {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
 
 
+def test_the_committed_headline_is_table1s_ark_row():
+    """``results/metrics.json`` (what ``dvc metrics show`` prints) holds the Hit@1 of Table 1's BM25 row and of its
+    ARK row, the row of the report's ARK row file (``report.ark``), not another row whose label starts with ARK."""
+    import csv
+
+    from ark.report.runs import row_settings
+    from tests.conftest import ROOT, compose_cfg
+
+    ark_label = row_settings(compose_cfg([]).report.ark)["label"]
+    with open(ROOT / "results/tables/table1.csv", newline="") as f:
+        rows = {r["method"]: r for r in csv.DictReader(f)}
+    headline = json.loads((ROOT / "results/metrics.json").read_text())["hit@1"]
+    for method, label in (("bm25", "BM25"), ("ark", ark_label)):
+        assert headline[method] and headline[method] == {
+            q: float(rows[label][f"{q} Hit@1"]) for q in headline[method]}, (method, label)
+
+
 def test_the_readme_results_blocks_are_the_reports_tables(tmp_path):
     from ark.report.readme import ROOT, main, sync
 

@@ -69,11 +69,11 @@ class Table:
                 for label, row in zip(self.labels, self.rows)}
 
 
-def headline(table1: dict, query_sets: list[str]) -> dict:
+def headline(table1: dict, query_sets: list[str], ark_label: str) -> dict:
     """The few numbers ``dvc metrics show`` prints: Hit@1 (x100) of BM25 and of ARK on each query set, from
-    Table 1's numbers (``Table.numbers``); every table's numbers are in ``tables/numbers.json``."""
-    rows = {"bm25": table1.get("BM25", {}),
-            "ark": next((v for k, v in table1.items() if k.startswith("ARK")), {})}
+    Table 1's numbers (``Table.numbers``); ARK is the row labelled ``ark_label``, its row file's label (``report.ark``:
+    ``row_settings``). Every table's numbers are in ``tables/numbers.json``."""
+    rows = {"bm25": table1.get("BM25", {}), "ark": table1.get(ark_label, {})}
     return {"hit@1": {method: {q: row[f"{q} Hit@1"] for q in query_sets if f"{q} Hit@1" in row}
                       for method, row in rows.items()}}
 

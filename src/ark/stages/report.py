@@ -19,7 +19,7 @@ from ark.io import write_json
 from ark.report.figures import biokg_figures
 from ark.report.notebook import execute_all
 from ark.report.paper import stark_tables
-from ark.report.runs import graph, load_runs
+from ark.report.runs import graph, load_runs, row_settings
 from ark.report.tables import biokg_tables, headline
 from ark.stages import clear_errors, launch
 from ark.tracking import log_files, log_summary, stage_run
@@ -47,7 +47,8 @@ def run(cfg: DictConfig) -> dict:
     if r["biokg"]:
         numbers = {t.name: t.numbers() for t in tables if not t.name.startswith("stark_")}
         write_json(tables_dir / "numbers.json", numbers)
-        write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"]))
+        ark_label = row_settings(r["ark"]).get("label", r["ark"])
+        write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"], ark_label))
     notebooks = execute_all(Path(r["notebooks"]), Path(r["executed"])) if r["biokg"] else []
     return {"runs": len(runs), "notebooks": [p.name for p in notebooks], "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
