@@ -42,8 +42,12 @@ def test_dense_minilm_behind_the_same_interface(tmp_path):
     assert again.search("hepatitis", 1)[0].tolist() == [2]
     # the tools run unchanged on it
     g = tiny_graph()
-    obs = Toolbox(g, DenseIndex.build(g.doc, bf16=False)).search_in_neighborhood(0, query="eye lens")
+    dense_tools = Toolbox(g, DenseIndex.build(g.doc, bf16=False))
+    obs = dense_tools.search_in_neighborhood(0, query="eye lens")
     assert obs.nodes[0] == 4
+    # and the search tool tells the model which relevance ranks its results
+    described = dense_tools.schemas()[0]["function"]["description"]
+    assert "all-MiniLM-L6-v2" in described and "BM25" not in described
 
 
 def test_a_bm25_index_is_byte_identical_across_processes(tmp_path):

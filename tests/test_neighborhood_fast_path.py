@@ -116,6 +116,8 @@ def test_neighbor_scores_are_the_whole_corpus_float32_sums(toolbox, monkeypatch)
 class DenseLike:
     """A relevance with negative scores and many ties, as a cosine can give (the generic path)."""
 
+    name = "a test double"
+
     def score(self, query, ids):
         return (np.cos(np.asarray(ids) * (len(query) + 1.0)) * 3).round().astype(np.float32)
 

@@ -16,6 +16,8 @@ from ark.errors import UserError
 
 
 class Relevance(Protocol):
+    name: str  # the relevance function, as the agent's tool text names it
+
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
     def score(self, query: str, ids: np.ndarray) -> np.ndarray: ...

@@ -34,6 +34,8 @@ COMMON_POSTINGS = 4096  # a query term in more documents than this (and 1/64 of 
 
 
 class BM25Index:
+    name = "BM25"
+
     def __init__(self, retriever: bm25s.BM25, stopwords: str, stemmer: str | None):
         self.retriever = retriever
         self.stopwords = stopwords

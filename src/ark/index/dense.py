@@ -37,6 +37,8 @@ def _load_encoder(device: str, bf16: bool):
 
 
 class DenseIndex:
+    name = "cosine similarity of all-MiniLM-L6-v2 embeddings"
+
     def __init__(self, embeddings: np.ndarray, encoder=None, device: str = "cpu", bf16: bool = False,
                  doc_hashes: np.ndarray | None = None):
         self.embeddings = embeddings  # float32 [N, d], L2-normalised rows

@@ -90,7 +90,7 @@ class Toolbox:
         tools = [
             _function(
                 "search_in_graph",
-                "Search all nodes of the knowledge graph by text relevance (BM25) to a query. "
+                f"Search all nodes of the knowledge graph by text relevance ({self.relevance.name}) to a query. "
                 f"Returns the `size` best nodes (default {c.global_k}, at most {c.global_k_max}).",
                 {
                     "query": {"type": "string", "maxLength": c.argument_chars, "description": "Search text."},
