@@ -6,7 +6,7 @@ from tests.helpers import SRC, imported
 
 LAYERS = [  # lowest first
     ("ark.errors",),
-    ("ark.secrets", "ark.io", "ark.config", "ark.machine"),
+    ("ark.secrets", "ark.io", "ark.config", "ark.machine", "ark.settings"),
     ("ark.graph", "ark.llm"),
     ("ark.data", "ark.index"),
     ("ark.tools",),

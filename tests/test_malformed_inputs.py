@@ -333,6 +333,39 @@ CASES = [
     ("max-cost-negative", "evaluate", ["eval.max_cost_usd=-1"], None, "eval.max_cost_usd must be null or a number",
      False),
     ("total-cap-without-ledger", "evaluate", ["eval.max_total_cost_usd=5"], None, "needs eval.spend_ledger", False),
+    # values out of range, each refused by the settings class that holds it (ark.settings, the backbones)
+    ("rules-search_size-0", "evaluate", ["backbone.search_size=0"], None,
+     "backbone.search_size must be an integer >= 1", False),
+    ("rules-max_answer-0", "evaluate", ["backbone.max_answer=0"], None, "backbone.max_answer must be an integer >= 1",
+     False),
+    ("rules-expand-negative", "evaluate", ["backbone.expand=-1"], None, "backbone.expand must be an integer >= 0",
+     False),
+    ("rules-vote_weight-nan", "evaluate", ["backbone.vote_weight=nan"], None,
+     "backbone.vote_weight must be a number >= 0", False),
+    ("hosted-max_tokens-negative", "evaluate", ["backbone=gpt-4.1", "backbone.max_tokens=-5"], None,
+     "backbone.max_tokens must be an integer >= 1", False),
+    ("hosted-top_p-5", "evaluate", ["backbone=gpt-4.1", "+backbone.top_p=5"], None,
+     "backbone.top_p must be null or a number > 0 and <= 1", False),
+    ("hosted-tool_mode-bogus", "evaluate", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], None,
+     "backbone.tool_mode must be one of native, text", False),
+    ("hosted-tool_choice-bogus", "evaluate", ["backbone=gpt-4.1", "backbone.tool_choice=bogus"], None,
+     "backbone.tool_choice must be one of", False),
+    ("hosted-context_window-negative", "evaluate", ["backbone=gpt-4.1", "+backbone.context_window=-1"], None,
+     "backbone.context_window must be null or an integer >= 1", False),
+    ("hosted-api_base-not-a-url", "evaluate", ["backbone=gpt-4.1", "backbone.api_base=not-a-url"], None,
+     "backbone.api_base must be null or an http(s):// URL", False),
+    ("hosted-model-empty", "evaluate", ["backbone=gpt-4.1", "backbone.model=''"], None,
+     "backbone.model must name a model", False),
+    ("max-cost-nan", "evaluate", ["eval.max_cost_usd=nan"], None, "eval.max_cost_usd must be null or a number",
+     False),
+    ("retry-max_attempts-0", "evaluate", ["llm.retry.max_attempts=0"], None,
+     "llm.retry.max_attempts must be an integer >= 1", True),
+    ("retry-base_delay-negative", "evaluate", ["llm.retry.base_delay=-1"], None,
+     "llm.retry.base_delay must be a number >= 0", False),
+    ("retry-timeout-negative", "evaluate", ["llm.retry.timeout=-1"], None, "llm.retry.timeout must be a number > 0",
+     False),
+    ("agent-key-mistyped", "evaluate", ["agent.T_maxx=3"], None, "Could not override 'agent.T_maxx'", True),
+    ("agent-key-added", "evaluate", ["+agent.T_maxx=3"], None, "agent has no setting T_maxx", False),
     ("global_k-over-max", "evaluate", ["agent.global_k=50"], None, "is over agent.global_k_max=30", False),
     ("idle_limit-0", "evaluate", ["agent.idle_limit=0"], None, "agent.idle_limit must be null or an integer >= 1",
      False),
@@ -460,4 +493,26 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
         clear_errors(evaluate.run)(compose_cfg(paths(p) + BASE + [f"run.root={p}/ro/runs"]))
     lines = "".join(capsys.readouterr()).strip().splitlines()
     assert exit_.value.code == 2 and len(lines) == 1 and "Read-only file system" in lines[0], lines
+    assert snapshot(p) == before
+
+
+@pytest.mark.parametrize("command", ["ask", "estimate"])
+@pytest.mark.parametrize("overrides, message", [
+    (["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
+    (["agent=nonexistent"], "agent=nonexistent: no such option"),
+    (["agent.T_max=1,2"], "sweeps over several values"),
+    (["backbone.expand=-1"], "backbone.expand must be an integer >= 0"),
+    (["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
+    (["llm.retry.max_attempts=0"], "llm.retry.max_attempts must be an integer >= 1"),
+], ids=["key-mistyped", "option-unknown", "sweep", "expand-negative", "tool_mode-bogus", "max_attempts-0"])
+def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path, capsys, command, overrides, message):
+    from ark.cli import main
+
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    before = snapshot(p)
+    args = paths(p) + BASE + overrides
+    code = main(["ask", "slender fingers", *args] if command == "ask" else ["estimate", *args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert snapshot(p) == before

@@ -12,12 +12,15 @@ from ark.runs.identity import identity
 from ark.runs.store import Run, load_run
 from tests.conftest import ROOT, compose_cfg
 from ark.llm.fake import ScriptedEndpoint
+from ark.llm.weights import cpu_has_bf16
 
+# the dtype that "auto" does not resolve to on this CPU (auto: bfloat16 where it is native, else float32)
+OTHER_DTYPE = f"backbone.local.dtype={'float32' if cpu_has_bf16() else 'bfloat16'}"
 RESULT_AFFECTING = [
     "dataset.documents.max_per_relation=50", "queries=phenopackets", "split=train", "split=test-0.1", "eval.limit=2",
     "retriever=dense", "retriever.params.k1=1.5", "backbone=gpt-4o", "backbone.temperature=0.2",
     "backbone.tool_mode=text", "backbone.max_tokens=99", "backbone.local.constrained=false",
-    "backbone.local.dtype=float32", "agent.T_max=7", "agent.n_agents=2", "agent.aggregation=ordering",
+    OTHER_DTYPE, "agent.T_max=7", "agent.n_agents=2", "agent.aggregation=ordering",
     "agent.global_k=9", "agent.neighbor_k=5", "seed=3", "ablation=no_q", "ablation=no_neighbors",
     "prompt=minimal", "backbone.tool_choice=auto",
 ]
@@ -223,6 +226,8 @@ def test_an_exception_inside_a_tool_becomes_an_error_observation():
     g = tiny_graph()
 
     class BrokenIndex:
+        name = "a broken test double"
+
         def search(self, query, k):
             raise IndexError("corrupt posting list")
 

@@ -79,9 +79,9 @@ def test_an_unknown_query_or_run_is_one_line_and_exit_2(published, capsys):
     run_dir, overrides = published
     assert main(["show", str(run_dir), "q9", *overrides]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ark: no query 'q9'") and "0..2" in err and len(err.splitlines()) == 1
+    assert err.startswith("error: no query 'q9'") and "0..2" in err and len(err.splitlines()) == 1
     assert main(["show", "evaluate@missing", *overrides]) == 2
-    assert capsys.readouterr().err.startswith("ark: no run at evaluate@missing: no ")
+    assert capsys.readouterr().err.startswith("error: no run at evaluate@missing: no ")
 
 
 def test_a_run_copied_where_no_data_is_still_shows_its_trajectories(published, tmp_path):

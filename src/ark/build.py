@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from ark.agent.aggregate import AGGREGATIONS
 from ark.config import make
 from ark.errors import UserError
 from ark.io import blocking_file
+from ark.llm.settings import RetryPolicy
+from ark.settings import AgentSettings, EvalSettings, Limits, check_int, check_number, from_mapping, is_int
 
 if TYPE_CHECKING:
     from ark.agent.runner import AgentConfig
@@ -25,14 +26,23 @@ if TYPE_CHECKING:
 
 
 _ABSENT = object()
-REQUIRED = ("agent.T_max", "agent.n_agents", "agent.aggregation", "agent.global_k", "agent.global_k_max",
-            "agent.neighbor_k", "eval.concurrency", "eval.workers", "eval.limit", "eval.progress",
-            "eval.allow_incomplete", "collect.trajectories", "collect.budget", "baseline.depth", "seed", "subset_seed",
-            "split", "metrics", "limits.T_max", "limits.n_agents", "limits.query_chars")
+REQUIRED = ("collect.trajectories", "collect.budget", "baseline.depth", "seed", "subset_seed", "split", "metrics")
+
+
+def settings(cfg: DictConfig) -> tuple[AgentSettings, EvalSettings, Limits, RetryPolicy]:
+    """The typed settings (``ark.settings``) of ``cfg``'s agent, eval, limits and retry groups, each checked."""
+    groups = {g: OmegaConf.to_container(OmegaConf.select(cfg, g, default={}) or {}, resolve=True)
+              for g in ("agent", "eval", "limits", "llm.retry")}
+    agent = from_mapping(AgentSettings, "agent", groups["agent"])
+    limits = from_mapping(Limits, "limits", groups["limits"])
+    agent.check_limits(limits)
+    return agent, from_mapping(EvalSettings, "eval", groups["eval"]), limits, from_mapping(
+        RetryPolicy, "llm.retry", groups["llm.retry"])
 
 
 def validate(cfg: DictConfig) -> None:
-    """Config values checked before any work (one clear error, nothing written)."""
+    """Config values checked before any work (one clear error, nothing written): the typed settings, the backbone
+    (its class checks its own fields), and the top-level keys below."""
     from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
@@ -41,48 +51,17 @@ def validate(cfg: DictConfig) -> None:
     if missing:
         raise UserError(f"{', '.join(missing)}: missing from the config (removed by an override?); every run needs "
                         "a value")
-    a = cfg.agent
-    for name, value in (("collect.trajectories", cfg.collect.trajectories), ("agent.T_max", a.T_max),
-                        ("agent.n_agents", a.n_agents), ("agent.global_k", a.global_k),
-                        ("agent.global_k_max", a.global_k_max), ("agent.neighbor_k", a.neighbor_k),
-                        ("eval.concurrency", cfg.eval.concurrency), ("eval.workers", cfg.eval.workers),
-                        ("baseline.depth", cfg.baseline.depth)):
-        if not _is_int(value) or value < 1:
-            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
-    idle_limit = a.get("idle_limit")
-    if idle_limit is not None and (not _is_int(idle_limit) or idle_limit < 1):
-        raise UserError(f"agent.idle_limit must be null or an integer >= 1, got {idle_limit!r}")
-    if a.global_k > a.global_k_max:
-        raise UserError(f"agent.global_k={a.global_k} (a search's default size) is over agent.global_k_max="
-                        f"{a.global_k_max} (its largest)")
-    for name, limit in (("agent.T_max", "limits.T_max"), ("agent.n_agents", "limits.n_agents")):
-        if OmegaConf.select(cfg, name) > OmegaConf.select(cfg, limit):
-            raise UserError(f"{name}={OmegaConf.select(cfg, name)} is over {limit}={OmegaConf.select(cfg, limit)}; "
-                            f"raise {limit} if you mean it")
-    for name, value in (("seed", cfg.seed), ("subset_seed", cfg.subset_seed)):
-        if not _is_int(value) or value < 0:
-            raise UserError(f"{name} must be an integer >= 0, got {value!r}")
-    for name, value in (("collect.budget", cfg.collect.budget), ("eval.limit", cfg.eval.limit)):
-        if value is not None and (not _is_int(value) or value < 0):
-            raise UserError(f"{name} must be null or an integer >= 0, got {value!r}")
-    for name in ("backbone.temperature", "collect.temperature"):
-        value = OmegaConf.select(cfg, name)
-        if value is not None and (not _is_number(value) or value < 0):
-            raise UserError(f"{name} must be null or a number >= 0, got {value!r}")
-    for name in ("eval.max_cost_usd", "eval.max_total_cost_usd"):
-        value = OmegaConf.select(cfg, name)
-        if value is not None and (not _is_number(value) or value < 0):
-            raise UserError(f"{name} must be null or a number >= 0 (US dollars), got {value!r}")
-    if OmegaConf.select(cfg, "eval.max_total_cost_usd") is not None and not OmegaConf.select(cfg, "eval.spend_ledger"):
-        raise UserError("eval.max_total_cost_usd needs eval.spend_ledger: the file that sums the runs' spend")
-    ledger = OmegaConf.select(cfg, "eval.spend_ledger")
+    for name, value in (("collect.trajectories", cfg.collect.trajectories), ("baseline.depth", cfg.baseline.depth)):
+        check_int(name, value)  # first: collect sets agent.n_agents and eval.limit from these two
+    check_int("collect.budget", cfg.collect.budget, least=0, none=True)
+    _, evaluation, _, _ = settings(cfg)
+    backbone(cfg)
+    for name in ("seed", "subset_seed"):
+        check_int(name, cfg[name], least=0)
+    check_number("collect.temperature", OmegaConf.select(cfg, "collect.temperature"), none=True)
+    ledger = evaluation.spend_ledger
     if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
         raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
-    for name in ("eval.progress", "eval.allow_incomplete"):
-        if not isinstance(OmegaConf.select(cfg, name), bool):
-            raise UserError(f"{name} must be true or false, got {OmegaConf.select(cfg, name)!r}")
-    if a.aggregation not in AGGREGATIONS:
-        raise UserError(f"agent.aggregation must be one of {', '.join(AGGREGATIONS)}, got {a.aggregation!r}")
     check_prompt(cfg.prompt.name)
     parse_split(cfg.split)
     if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
@@ -96,14 +75,6 @@ def validate(cfg: DictConfig) -> None:
         from ark.llm.cache import check_cache_file
 
         check_cache_file(cfg.llm.cache)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def graph(cfg: DictConfig):
@@ -187,7 +158,7 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
         if not labels:
             continue
         gold = q.get("answer_ids")
-        if not isinstance(gold, list) or not gold or not all(_is_int(v) and 0 <= v < num_nodes for v in gold):
+        if not isinstance(gold, list) or not gold or not all(is_int(v) and 0 <= v < num_nodes for v in gold):
             raise UserError(f"{where}: answer_ids must be a list of node ids in 0..{num_nodes - 1} (at least "
                             f"one); got {brief(gold)}")
     return rows
@@ -198,25 +169,27 @@ def backbone(cfg: DictConfig):
     return make(cfg.backbone, "backbone")
 
 
-def serving(cfg: DictConfig):
+def serving(cfg: DictConfig, run_name: str = "", run_ledger: str | None = None):
+    """How this machine reaches models; ``run_name`` and ``run_ledger``: the run the calls are for and its own spend
+    ledger (the run engine's, ``eval.max_cost_usd``)."""
     from ark.agent.backbones import Serving
-    from ark.llm.settings import RetryPolicy
 
-    return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"),
-                   retry=RetryPolicy(**OmegaConf.to_container(cfg.llm.retry)), models_dir=cfg.paths.models,
-                   threads=cfg.cpu_threads, server=OmegaConf.to_container(cfg.llm.get("server") or {}),
-                   caps=spending_caps(cfg), run=str(OmegaConf.select(cfg, "eval.run_name", default="") or ""),
+    _, _, _, retry = settings(cfg)
+    return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"), retry=retry,
+                   models_dir=cfg.paths.models, threads=cfg.cpu_threads,
+                   server=OmegaConf.to_container(cfg.llm.get("server") or {}),
+                   caps=spending_caps(cfg, run_ledger), run=run_name,
                    agents_in_flight=OmegaConf.select(cfg, "eval.concurrency", default=8) * cfg.agent.n_agents)
 
 
-def spending_caps(cfg: DictConfig) -> tuple:
+def spending_caps(cfg: DictConfig, run_ledger: str | None = None) -> tuple:
     """(ledger file, cap in USD, its name) of each spending cap on a run's model calls (``ark.llm.spending``):
-    ``eval.max_cost_usd`` on the run's own ledger (``eval.run_ledger``, set by the run engine), and the shared
+    ``eval.max_cost_usd`` on the run's own ledger (``run_ledger``, given by the run engine), and the shared
     ``eval.spend_ledger`` (capped by ``eval.max_total_cost_usd``, else only summed)."""
     e = cfg.eval
     caps = []
-    if e.get("max_cost_usd") is not None and e.get("run_ledger"):
-        caps.append((str(e.run_ledger), float(e.max_cost_usd), "eval.max_cost_usd"))
+    if e.get("max_cost_usd") is not None and run_ledger:
+        caps.append((str(run_ledger), float(e.max_cost_usd), "eval.max_cost_usd"))
     if e.get("spend_ledger"):
         total = e.get("max_total_cost_usd")
         caps.append((str(e.spend_ledger), float("inf") if total is None else float(total), "eval.max_total_cost_usd"))
@@ -232,7 +205,7 @@ def agent_config(cfg: DictConfig, spec) -> "AgentConfig":
                        prompt=cfg.prompt.name, text_protocol=spec.text_protocol, idle_limit=a.get("idle_limit"))
 
 
-def policy(cfg: DictConfig, tools, spec):
+def policy(cfg: DictConfig, tools, spec, run_name: str = "", run_ledger: str | None = None):
     """The policy of ``spec`` (``backbone(cfg)``) for the duration of a block (``policy.client``: its LLM client or
-    None)."""
-    return spec.policy(tools, cfg.seed, cfg.agent.T_max, serving(cfg))
+    None); ``run_name``, ``run_ledger``: as ``serving``."""
+    return spec.policy(tools, cfg.seed, cfg.agent.T_max, serving(cfg, run_name, run_ledger))

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from ark.config import compose
+from ark.config import check_overrides, compose
 from ark.errors import UserError
 
 
@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=3, help="how many first queries to run")
     args = parser.parse_args(argv)
     try:
+        if args.command in ("ask", "estimate"):
+            check_overrides(args.overrides)
         if args.command == "estimate":
             estimate(args.overrides, args.queries)
             return 0
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         record = ask(args.question, args.overrides, args.lines)
     except UserError as e:
-        print(f"ark: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
         args.json.write_text(json.dumps(record.to_dict(), indent=1))

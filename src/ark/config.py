@@ -10,28 +10,52 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def compose(overrides=(), hydra_config: bool = False):
-    """``conf/config.yaml`` with ``overrides``; inside a running Hydra app (a stage), through that app's config."""
+    """``conf/config.yaml`` with ``overrides``; inside a running Hydra app (a stage), through that app's config. A
+    config that cannot be composed (a key that is not there, a group option with no file) is one ``UserError``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    if GlobalHydra.instance().is_initialized():
-        return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+        with initialize_config_dir(str(CONF), version_base="1.3"):
+            return hydra_compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(composition_error(e)) from None
+
+
+def composition_error(e: Exception) -> str:
+    """Hydra's multi-line message (and its cause's first line) on one line."""
+    lines = []
+    for line in str(e).splitlines():
+        if line.startswith("Config search path"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    cause = str(e.__cause__).splitlines()[0] if e.__cause__ is not None and str(e.__cause__) else ""
+    text = " ".join(lines) or type(e).__name__
+    return f"{text} ({cause})" if cause else text
 
 
 TAKES_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
                "--experimental-rerun"}
 
 
+OTHER_CONFIG = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"}
+
+
 def check_overrides(args) -> None:
-    """Command-line overrides checked before Hydra composes them: a syntax error, or a config group option that
-    has no file, is one ``UserError`` line (Hydra's own message spans several lines and exits 1)."""
+    """Command-line overrides checked before Hydra composes them: a syntax error, a config group option that has no
+    file, or a key the config does not have is one ``UserError`` line (Hydra's own message spans several lines and
+    exits 1). A sweep's values are checked by the runs it starts."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     multirun = any(a in ("-m", "--multirun") for a in args)
+    own_config = any(a in OTHER_CONFIG for a in args)
     kept, skip = [], False
     for a in args:  # Hydra's own flags, and the value of those that take one (--cfg job, -cn name, ...)
         if not skip and not a.startswith("-"):
@@ -56,6 +80,9 @@ def check_overrides(args) -> None:
                 options = sorted(str(p.relative_to(CONF / group).with_suffix("")) for p in (CONF / group).rglob("*.yaml"))
                 raise UserError(f"{group}={value}: no such option (conf/{group}/{value}.yaml); options: "
                                 f"{', '.join(options)}")
+    if not own_config:  # a key that is not there: composed now, one line
+        compose([o.input_line for o in overrides if not o.is_sweep_override()
+                 and not o.key_or_group.startswith("hydra")])
 
 
 def make(node, group: str):

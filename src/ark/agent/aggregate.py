@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 
 from ark.errors import UserError
+from ark.settings import AGGREGATIONS as AGGREGATION_NAMES
 
 MAX_RANKING = 20
 
@@ -31,7 +32,7 @@ def shuffled(lists: list[list[int]], seed: int = 0) -> list[int]:
     return union
 
 
-AGGREGATIONS = {"voting": voting, "ordering": ordering, "random": shuffled}  # agent.aggregation -> its function
+AGGREGATIONS = dict(zip(AGGREGATION_NAMES, (voting, ordering, shuffled)))  # agent.aggregation -> its function
 
 
 def aggregate(lists: list[list[int]], method: str, seed: int = 0, cut: int = MAX_RANKING) -> list[int]:

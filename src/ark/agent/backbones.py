@@ -13,9 +13,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ark.agent.policies import LLMPolicy, RulesPolicy
+from ark.agent.policies import ANSWER_ORDERS, LLMPolicy, RulesPolicy
 from ark.errors import UserError
 from ark.llm.settings import Backbone, RetryPolicy
+from ark.settings import check_choice, check_int, check_number
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,15 @@ class RulesBackbone:
     vote_weight: float = 0.5
     text_protocol: ClassVar[bool] = False
     one_process: ClassVar[bool] = False  # False: worker processes may each run it
+
+    def __post_init__(self):
+        check_int("backbone.search_size", self.search_size)
+        check_int("backbone.max_answer", self.max_answer)
+        for name in ("expand", "findings", "bridge"):
+            check_int(f"backbone.{name}", getattr(self, name), least=0)
+        check_number("backbone.temperature", self.temperature)
+        check_number("backbone.vote_weight", self.vote_weight)
+        check_choice("backbone.answer_order", self.answer_order, ANSWER_ORDERS)
 
     @contextlib.contextmanager
     def policy(self, tools, seed: int, T_max: int, serving: Serving):
@@ -114,6 +124,9 @@ class LocalModel:
     adapter: str | None = None
     decode_rows: int = 1
 
+    def __post_init__(self):
+        check_int("backbone.local.decode_rows", self.decode_rows)
+
 
 @dataclass
 class LocalBackbone(HostedBackbone):
@@ -125,6 +138,7 @@ class LocalBackbone(HostedBackbone):
     one_process: ClassVar[bool] = True  # it computes in this process: a worker would load its own copy
 
     def __post_init__(self):
+        super().__post_init__()
         if isinstance(self.local, dict):
             self.local = LocalModel(**self.local)
 

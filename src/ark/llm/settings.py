@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ark.errors import UserError
+from ark.settings import check_choice, check_int, check_number
+
 # where litellm finds a provider's base URL when a call names none (its default address when unset)
 BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "OPENAI_API_BASE"), "anthropic": ("ANTHROPIC_BASE_URL",
                 "ANTHROPIC_API_BASE"), "azure": ("AZURE_API_BASE",), "hosted_vllm": ("HOSTED_VLLM_API_BASE",)}
@@ -29,6 +32,10 @@ def resolved_api_base(model: str, api_base: str | None, environ=None) -> str | N
                 None)
 
 
+TOOL_MODES = ("native", "text")  # native tool calls, or tools described in the prompt and calls parsed from text
+TOOL_CHOICES = (None, "auto", "required")  # OpenAI's tool_choice with tool_mode native (None: the server's default)
+
+
 @dataclass
 class RetryPolicy:
     max_attempts: int = 6
@@ -36,6 +43,13 @@ class RetryPolicy:
     max_delay: float = 30.0
     timeout: float = 120.0
     local_timeout: float = 3600.0  # the embedded model: one slow CPU generation is not a failure to retry
+
+    def __post_init__(self):
+        check_int("llm.retry.max_attempts", self.max_attempts)
+        for name in ("base_delay", "max_delay"):
+            check_number(f"llm.retry.{name}", getattr(self, name), unit=" (seconds)")
+        for name in ("timeout", "local_timeout"):
+            check_number(f"llm.retry.{name}", getattr(self, name), above=True, unit=" (seconds)")
 
 
 @dataclass
@@ -53,6 +67,19 @@ class Backbone:
     tool_choice: str = "auto"  # "required" where the provider supports it: every reply is a tool call
     extra: dict = field(default_factory=dict)  # passed through to litellm (e.g. vLLM chat_template_kwargs)
     context_window: int | None = None  # tokens, prompt and reply; null: the local model's, or litellm's model info
+
+    def __post_init__(self):
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise UserError(f"backbone.model must name a model (a litellm model id), got {self.model!r}")
+        if self.api_base is not None and (not isinstance(self.api_base, str)
+                                          or not self.api_base.startswith(("http://", "https://"))):
+            raise UserError("backbone.api_base must be null or an http(s):// URL")  # the value may hold a key
+        check_number("backbone.temperature", self.temperature, none=True)
+        check_number("backbone.top_p", self.top_p, most=1.0, above=True, none=True)
+        check_int("backbone.max_tokens", self.max_tokens)
+        check_choice("backbone.tool_mode", self.tool_mode, TOOL_MODES)
+        check_choice("backbone.tool_choice", self.tool_choice, TOOL_CHOICES)
+        check_int("backbone.context_window", self.context_window, none=True)
 
     def resolved_api_base(self, environ=None) -> str | None:
         return resolved_api_base(self.model, self.api_base, environ)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from tqdm import tqdm
 
 from ark import build
@@ -51,11 +52,12 @@ class Agents:
 
 
 @contextlib.contextmanager
-def agents(cfg: DictConfig, tools=None):
-    """The agents of ``cfg`` (its backbone's policy is open for the block: an embedded model is served)."""
+def agents(cfg: DictConfig, tools=None, run_name: str = "", run_ledger: str | None = None):
+    """The agents of ``cfg`` (its backbone's policy is open for the block: an embedded model is served);
+    ``run_name``, ``run_ledger``: the run their calls are for and its spend ledger (``ark.build.serving``)."""
     tools = tools if tools is not None else build.toolbox(cfg)
     spec = build.backbone(cfg)
-    with build.policy(cfg, tools, spec) as policy:
+    with build.policy(cfg, tools, spec, run_name, run_ledger) as policy:
         yield Agents(policy, tools, build.agent_config(cfg, spec))
 
 
@@ -70,9 +72,6 @@ def execute(cfg: DictConfig, stage: str) -> dict:
     tools = build.toolbox(cfg)
     queries = build.queries(cfg, tools.graph, labels=labels)
     run = Run(cfg, stage)
-    with open_dict(cfg):  # what the spending caps need to know of the run (ark.build.spending_caps)
-        cfg.eval.run_name = run.name
-        cfg.eval.run_ledger = str(run.dir / "spend.sqlite") if cfg.eval.get("max_cost_usd") is not None else None
     score = Scoring(cfg, tools.graph, queries) if labels else None
     start = time.perf_counter()
     records, model_calls = _run_agents(cfg, tools, queries, run, stage, score)
@@ -172,6 +171,9 @@ def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: st
     finishes; (records of all queries in their order, model calls made)."""
     store = _open(run, queries)
     todo = [q for q in queries if not store.done(q["id"])]
+    # the run's own spend ledger, for its cap eval.max_cost_usd (ark.build.spending_caps)
+    ledger = str(run.dir / "spend.sqlite") if cfg.eval.get("max_cost_usd") is not None else None
+    open_agents = functools.partial(agents, run_name=run.name, run_ledger=ledger)
     progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {cfg.backbone.name}",
                     mininterval=1, disable=not cfg.eval.progress)
     cost = [0.0]
@@ -186,9 +188,9 @@ def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: st
     model_calls = 0
     try:
         if cfg.eval.workers > 1:
-            model_calls, _ = run_in_workers(cfg, todo, cfg.eval.workers, on_record, agents)
+            model_calls, _ = run_in_workers(cfg, todo, cfg.eval.workers, on_record, open_agents)
         else:
-            with agents(cfg, tools) as a:
+            with open_agents(cfg, tools) as a:
                 a.many(todo, cfg.eval.concurrency, on_record)
                 model_calls = a.model_calls
     finally:
