@@ -389,8 +389,8 @@ def test_rules_answer_with_the_global_hits_at_the_last_step_of_their_budget():
     tb = toolbox()
 
     def calls(T_max):
-        policy = RulesPolicy(tb, RULE_WORDS, T_max=T_max)
-        traj = asyncio.run(run_agent(policy.session(HUB_QUESTION, 0), tb, HUB_QUESTION, T_max=T_max, agent=0))
+        policy = RulesPolicy(tb, RULE_WORDS)
+        traj = asyncio.run(run_agent(policy.session(HUB_QUESTION, 0, T_max), tb, HUB_QUESTION, T_max=T_max, agent=0))
         return [tc["function"]["name"] for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]]
 
     assert calls(2) == ["search_in_graph", "add_to_answer", "finish"]  # no budget left to explore
@@ -538,6 +538,6 @@ def test_findings_reach_genes_through_diseases_and_off_means_the_plain_policy():
     plain = rules_calls(RulesPolicy(tb, FINDING_WORDS), tb, query, 0)
     assert [a["query"] for n, a in plain if n == "search_in_graph"] == [query]
     # a budget of 2 steps answers with what the first reply showed, and finishes
-    traj = asyncio.run(run_agent(RulesPolicy(tb, FINDING_WORDS, findings=30, T_max=2).session(query, 0), tb, query,
+    traj = asyncio.run(run_agent(RulesPolicy(tb, FINDING_WORDS, findings=30).session(query, 0, 2), tb, query,
                                  T_max=2, agent=0))
     assert traj.finished and traj.steps == 2

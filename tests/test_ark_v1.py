@@ -61,7 +61,7 @@ def test_entity_spans_are_the_longest_names_left_to_right(tb):
 
 
 def calls(tb, question, T_max=20):
-    traj = asyncio.run(run_agent(RulesV1Policy(tb, WORDS, T_max=T_max).session(question, 0), tb, question,
+    traj = asyncio.run(run_agent(RulesV1Policy(tb, WORDS).session(question, 0, T_max), tb, question,
                                  T_max=T_max, agent=0))
     names = [tc["function"]["name"] for m in traj.messages if m["role"] == "assistant" for tc in m["tool_calls"]]
     return names, traj
@@ -155,7 +155,7 @@ g = Graph.from_tables(types, ["associated with", "phenotype present", "involved 
 tb = ArkV1Toolbox(g, tiny_index(g), ToolConfig(neighbor_k=10))
 words = {"disease": ["disease"], "gene/protein": ["gene"], "biological_process": ["process"]}
 q = "A patient presents with Tall stature. Which process is involved?"
-traj = asyncio.run(run_agent(RulesV1Policy(tb, words, T_max=10).session(q, 0), tb, q, T_max=10, agent=0))
+traj = asyncio.run(run_agent(RulesV1Policy(tb, words).session(q, 0, 10), tb, q, T_max=10, agent=0))
 print(json.dumps([m["tool_calls"] for m in traj.messages if m["role"] == "assistant"]))
 """
 

@@ -92,7 +92,7 @@ def test_a_killed_collection_resumes_without_redoing_its_queries(tiny_train, mon
     records.write_text(lines[0] + lines[1][:40])  # killed while writing the second query
     seen = []
     session = RulesPolicy.session
-    monkeypatch.setattr(RulesPolicy, "session", lambda self, q, a: seen.append(q) or session(self, q, a))
+    monkeypatch.setattr(RulesPolicy, "session", lambda self, q, a, T_max=None: seen.append(q) or session(self, q, a, T_max))
     again = collect(tiny_train, "collect.budget=2")
     assert again["run_dir"] == first["run_dir"] and set(seen) == {TRAIN[1]["query"]} and len(seen) == 3
     assert records.read_text().splitlines(keepends=True)[0] == lines[0]  # the done query kept as it was

@@ -208,4 +208,4 @@ def agent_config(cfg: DictConfig, spec) -> "AgentConfig":
 def policy(cfg: DictConfig, tools, spec, run_name: str = "", run_ledger: str | None = None):
     """The policy of ``spec`` (``backbone(cfg)``) for the duration of a block (``policy.client``: its LLM client or
     None); ``run_name``, ``run_ledger``: as ``serving``."""
-    return spec.policy(tools, cfg.seed, cfg.agent.T_max, serving(cfg, run_name, run_ledger))
+    return spec.policy(tools, cfg.seed, serving(cfg, run_name, run_ledger))

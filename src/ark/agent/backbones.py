@@ -1,6 +1,7 @@
 """The backbones an agent runs on, one class per kind. ``conf/backbone/<name>.yaml`` names its class in
 ``_target_`` and holds its fields; ``ark.build.backbone`` instantiates it, and a key the class does not have is
-an error. ``backbone.policy(tools, seed, T_max, serving)`` is the policy for the duration of a block.
+an error. ``backbone.policy(tools, seed, serving)`` is the policy for the duration of a block (its sessions are told the
+agent's step budget, ``policy.session(query, agent, T_max)``).
 
 Adding a hosted model is one YAML with ``_target_: ark.agent.backbones.HostedBackbone``; adding a kind of backbone
 is one class here with a ``policy`` context manager.
@@ -64,17 +65,17 @@ class RulesBackbone:
         check_choice("backbone.answer_order", self.answer_order, ANSWER_ORDERS)
 
     @contextlib.contextmanager
-    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+    def policy(self, tools, seed: int, serving: Serving):
         if tools.toolset == "ark_v1":
             from ark.agent.rules_v1 import RulesV1Policy
 
             if self.temperature:
                 raise UserError(f"backbone {self.name}: the scripted ARK-V1 policy is deterministic; use a rules "
                                 "backbone with temperature 0 (backbone=rules)")
-            yield RulesV1Policy(tools, self.type_words, self.search_size, self.expand, self.max_answer, T_max=T_max)
+            yield RulesV1Policy(tools, self.type_words, self.search_size, self.expand, self.max_answer)
             return
         yield RulesPolicy(tools, self.type_words, self.search_size, self.expand, self.max_answer,
-                          temperature=self.temperature, seed=seed, answer_order=self.answer_order, T_max=T_max,
+                          temperature=self.temperature, seed=seed, answer_order=self.answer_order,
                           findings=self.findings, via=self.via, bridge=self.bridge,
                           vote_weight=self.vote_weight)
 
@@ -109,7 +110,7 @@ class HostedBackbone(Backbone):
         return LLMClient(self, cache, retry, api_base=api_base, cap=cap, **local)
 
     @contextlib.contextmanager
-    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+    def policy(self, tools, seed: int, serving: Serving):
         yield LLMPolicy(self.client(serving), tools, seed)
 
 
@@ -143,7 +144,7 @@ class LocalBackbone(HostedBackbone):
             self.local = LocalModel(**self.local)
 
     @contextlib.contextmanager
-    def policy(self, tools, seed: int, T_max: int, serving: Serving):
+    def policy(self, tools, seed: int, serving: Serving):
         from ark.llm.local import LocalChatModel
         from ark.llm.server import ChatServer
 

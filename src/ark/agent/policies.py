@@ -45,7 +45,7 @@ class LLMPolicy:
         self.client, self.toolbox, self.seed = client, toolbox, seed
         self.text_protocol = client.backbone.tool_mode == "text"
 
-    def session(self, query: str, agent: int) -> "_LLMSession":
+    def session(self, query: str, agent: int, T_max: int | None = None) -> "_LLMSession":
         return _LLMSession(self, agent)
 
 
@@ -125,7 +125,7 @@ class RulesPolicy:
 
     def __init__(self, toolbox: Toolbox, type_words: dict[str, list[str]], search_size: int = 10, expand: int = 2,
                  max_answer: int = 20, temperature: float = 0.0, seed: int = 0, answer_order: str = "ranked",
-                 T_max: int | None = None, findings: int = 0, via: dict | None = None, bridge: int = 5,
+                 findings: int = 0, via: dict | None = None, bridge: int = 5,
                  vote_weight: float = 0.5):
         if answer_order not in ANSWER_ORDERS:
             raise ValueError(f"answer_order must be one of {', '.join(ANSWER_ORDERS)}, not {answer_order!r}")
@@ -134,19 +134,18 @@ class RulesPolicy:
         self.type_words = type_words
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
         self.temperature, self.seed = temperature, seed
-        self.T_max = T_max
         self.findings, self.via, self.bridge, self.vote_weight = findings, dict(via or {}), bridge, vote_weight
 
     def answer_type(self, query: str) -> str | None:
         return answer_type(query, self.type_words)
 
-    def session(self, query: str, agent: int) -> "_RulesSession":
+    def session(self, query: str, agent: int, T_max: int | None = None) -> "_RulesSession":
         # a string seed is hashed with sha512: the same stream in every process, whatever PYTHONHASHSEED is
         rng = random.Random(f"{self.seed}/{agent}/{query}") if self.temperature > 0 else None
         findings = case_findings(query) if self.findings else []
         if findings and self.toolbox.config.neighbors and self.answer_type(query) is not None:
-            return _FindingsSession(self, query, findings[: self.findings], rng)
-        return _RulesSession(self, query, rng)
+            return _FindingsSession(self, query, findings[: self.findings], rng, T_max)
+        return _RulesSession(self, query, rng, T_max)
 
 
 def _sample_order(items: list, temperature: float, rng: random.Random) -> list:
@@ -156,8 +155,8 @@ def _sample_order(items: list, temperature: float, rng: random.Random) -> list:
 
 
 class _RulesSession:
-    def __init__(self, policy: RulesPolicy, query: str, rng: random.Random | None = None):
-        self.p, self.query, self.rng, self.t = policy, query, rng, policy.temperature
+    def __init__(self, policy: RulesPolicy, query: str, rng: random.Random | None = None, T_max: int | None = None):
+        self.p, self.query, self.rng, self.t, self.T_max = policy, query, rng, policy.temperature, T_max
         self.target = policy.answer_type(query)
         self.hits: list[int] = []
         self.phase = "search"
@@ -172,7 +171,7 @@ class _RulesSession:
     def _next_step(self) -> bool:
         """Count a step; whether it is the agent's last."""
         self.steps += 1
-        return self.p.T_max is not None and self.steps >= self.p.T_max
+        return self.T_max is not None and self.steps >= self.T_max
 
     def _question_search(self) -> tuple[str, dict]:
         """The global search for the whole question (its size sampled by a sampling agent)."""
@@ -236,8 +235,9 @@ class _FindingsSession(_RulesSession):
     """A case read finding by finding (``RulesPolicy`` with ``findings``): search the question and each finding,
     explore the anchors' neighborhoods (through ``via`` where the answer type is not next to them), score, answer."""
 
-    def __init__(self, policy: RulesPolicy, query: str, findings: list[str], rng: random.Random | None = None):
-        super().__init__(policy, query, rng)
+    def __init__(self, policy: RulesPolicy, query: str, findings: list[str], rng: random.Random | None = None,
+                 T_max: int | None = None):
+        super().__init__(policy, query, rng, T_max)
         if rng:
             keep = [f for f in findings if rng.random() >= self.t / 4]
             findings = keep or findings[:1]

@@ -47,17 +47,17 @@ class RulesV1Policy:
     client = None  # makes no model call
 
     def __init__(self, toolbox: ArkV1Toolbox, type_words: dict[str, list[str]], search_size: int = 10,
-                 expand: int = 2, max_answer: int = 20, T_max: int | None = None):
+                 expand: int = 2, max_answer: int = 20):
         self.toolbox, self.type_words = toolbox, type_words
-        self.search_size, self.expand, self.max_answer, self.T_max = search_size, expand, max_answer, T_max
+        self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
 
-    def session(self, query: str, agent: int) -> "_Session":
-        return _Session(self, query)
+    def session(self, query: str, agent: int, T_max: int | None = None) -> "_Session":
+        return _Session(self, query, T_max)
 
 
 class _Session:
-    def __init__(self, policy: RulesV1Policy, query: str):
-        self.p, self.query = policy, query
+    def __init__(self, policy: RulesV1Policy, query: str, T_max: int | None = None):
+        self.p, self.query, self.T_max = policy, query, T_max
         self.target = answer_type(query, policy.type_words)
         self.phase = "find"
         self.steps = self.n_calls = 0
@@ -104,7 +104,7 @@ class _Session:
     async def act(self, messages, observations) -> LLMResult:
         p, g = self.p, self.p.toolbox.graph
         self.steps += 1
-        if p.T_max is not None and self.steps >= p.T_max:
+        if self.T_max is not None and self.steps >= self.T_max:
             self.phase = "answer"
         if self.phase == "find":
             anchors = self._anchors()

@@ -30,7 +30,7 @@ async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentConfig, o
     """The record of one query: every agent's trajectory and the fused ranking (no gold in it)."""
     start = time.perf_counter()
     trajectories = await asyncio.gather(*(
-        run_agent(policy.session(query["query"], a), toolbox, query["query"], agent.T_max, a, agent.text_protocol,
+        run_agent(policy.session(query["query"], a, agent.T_max), toolbox, query["query"], agent.T_max, a, agent.text_protocol,
                   on_event, agent.prompt, agent.idle_limit)
         for a in range(agent.n_agents)))
     ranking = aggregate([t.answer for t in trajectories], agent.aggregation, seed=agent.seed)
