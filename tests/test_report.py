@@ -29,7 +29,7 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
 
 def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatch):
     """Table 5's rows are the runs whose stored settings are what conf/experiment/table5/*.yaml compose to (the
-    student's adapter by its content); BM25 is the baseline on the same first 50 queries."""
+    student's adapter by its content), BM25's the baseline run its row file composes to."""
     from ark.report.runs import experiment_config
     from ark.runs.identity import identity
 
@@ -40,15 +40,15 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     (tmp_path / "distill" / "embedded").mkdir(parents=True)
     (tmp_path / "distill" / "embedded" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
 
-    def row(experiment: str, **change) -> dict:
-        config = identity(experiment_config(experiment, "biokg", "synthetic", ()), "evaluate")
+    def row(experiment: str, stage: str = "evaluate", **change) -> dict:
+        config = identity(experiment_config(experiment, "biokg", "synthetic", ()), stage)
         for key, value in change.items():
             config["agent" if key in ("T_max", "n_agents") else key][key] = value
         return config
 
     runs = tmp_path / "runs"
-    write_run(runs, "a", {"stage": "baseline", "split": "test", "eval.limit": 50, "queries": {"name": "synthetic"},
-                          "retriever": {"name": "bm25"}}, 0.1)
+    write_run(runs, "a", row("table5/bm25", "baseline"), 0.1)
+    write_run(runs, "a2", {**row("table5/bm25", "baseline"), "eval.limit": 20}, 0.1)  # not the row's BM25
     write_run(runs, "b", row("table5/teacher"), 0.4, 0.0)
     write_run(runs, "c", row("table5/base"), 0.0, 0.9, n=20)
     write_run(runs, "d", row("table5/student"), 0.3, 0.02)

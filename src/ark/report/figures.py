@@ -111,11 +111,11 @@ def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
     return [_save(fig, out / "figure3_tool_use_by_query_type.png")]
 
 
-def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path) -> list[Path]:
+def figure4(runs, distill_dir: Path, out: Path) -> list[Path]:
     """Hit@1 against the number of teacher trajectories the student was trained on; per query set, Table 5's
     comparison on the fewest first queries that every student run covers, the teacher and the base model drawn on the
     same queries."""
-    rows = distillation_rows(runs, distill_dir, t_max, baseline_limit)
+    rows = distillation_rows(runs, distill_dir)
     panels = {}
     for q in sorted({r["queries"] for r in rows}):
         of_set = [r for r in rows if r["queries"] == q]
@@ -125,7 +125,7 @@ def figure4(runs, distill_dir: Path, t_max: int, baseline_limit: int, out: Path)
             if students and len(students) == len({r["method"] for r in of_set if r["order"] == 4}):
                 points = sorted((train_samples(r["run_data"].config, distill_dir), 100 * r["hit@1"])
                                 for r in students)
-                teacher = [100 * r["hit@1"] for r in block if r["order"] == 1]
+                teacher = [100 * r["hit@1"] for r in block if r["teacher"]]
                 base = [100 * r["hit@1"] for r in block if r["order"] in (2, 3)]
                 panels[q] = (n, points, teacher[:1], max(base) if base else None)
                 break
@@ -187,7 +187,6 @@ def _save(fig, path: Path) -> Path:
 
 def biokg_figures(runs, cfg_report, distill_dir: Path, out: Path) -> list[Path]:
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
-    d = cfg_report["distillation"]
     return (figure2(runs, qs, ark_setting(ark), out) + figure3(runs, qs, ark, out)
-            + figure4(runs, distill_dir, d["t_max"], d["baseline_limit"], out) + figure5(runs, qs, ark, out))
+            + figure4(runs, distill_dir, out) + figure5(runs, qs, ark, out))
 

@@ -86,7 +86,9 @@ def table_rows(table: str) -> list[str]:
 
 
 def row_settings(experiment: str) -> dict:
-    """What a row file says about its place in its table (``row``: label, order)."""
+    """What a row file says about its row (``row``): its label and order in its table, the stage of its runs
+    (``stage``: evaluate unless it says baseline or hpo_baseline), and the query sets it has runs on (``query_sets``:
+    every one unless it names them)."""
     from omegaconf import OmegaConf
 
     row = experiment_config(experiment, "biokg", "synthetic", ()).get("row")
@@ -101,16 +103,18 @@ def experiment_config(experiment: str, dataset: str, queries: str, paths: tuple)
 
 
 def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: str = "biokg") -> dict[str, RunData]:
-    """{query set: its run of ``+experiment=<experiment>``}: the evaluate run whose stored identity is what the
-    experiment file composes to on that query set (values each machine resolves for itself aside); query sets with
-    no such run are left out."""
+    """{query set: its run of ``+experiment=<experiment>``}: the run of the row's stage (``row_settings``) whose stored
+    identity is what the experiment file composes to on that query set (values each machine resolves for itself
+    aside); query sets with no such run are left out."""
     from ark.runs.identity import identity, portable
 
     paths = next((r.paths for r in runs), ())
+    row = row_settings(experiment)
+    stage = row.get("stage", "evaluate")
     found = {}
-    for q in query_sets:
-        wanted = portable(identity(experiment_config(experiment, dataset, q, tuple(paths)), "evaluate"))
-        match = [r for r in runs if r.config.get("stage") == "evaluate" and portable(r.config) == wanted]
+    for q in (q for q in query_sets if q in row.get("query_sets", query_sets)):
+        wanted = portable(identity(experiment_config(experiment, dataset, q, tuple(paths)), stage))
+        match = [r for r in runs if r.config.get("stage") == stage and portable(r.config) == wanted]
         if match:
             found[q] = match[0]
     return found

@@ -178,12 +178,6 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, 
             t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
                   + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
 
-    for label, retriever in (("BM25", "bm25"), ("dense (MiniLM-L6)", "dense")):
-        add(label, {q: r for q in query_sets for r in baseline_runs(runs, retriever, graphs[q])
-                    if r.config["queries"]["name"] == q})
-    add("HPO similarity (Phenomizer-style)",
-        {q: r for q in query_sets for r in select(runs, stage="hpo_baseline", split="test", dataset__name=graphs[q],
-                                                   queries__name=q) if r.get("eval.limit") is None})
     for experiment in table_rows("table1"):
         add(row_settings(experiment).get("label", experiment),
             {q: r for q in query_sets for r in experiment_runs(runs, experiment, [q], dataset=graphs[q]).values()})
@@ -396,29 +390,12 @@ def train_samples(config: dict, distill_dir: Path) -> int | None:
     return json.loads(report.read_text())["report"]["train_samples"] if report.exists() else None
 
 
-def _rules_label(b: dict, distill_dir: Path) -> tuple[int, str]:
-    return 1, (f"teacher: rules policy, temperature {b.get('temperature', 0.0)}, "
-               f"answers of up to {b.get('max_answer', 20)} nodes")
-
-
-def _embedded_label(b: dict, distill_dir: Path) -> tuple[int, str]:
-    local = b.get("local") or {}
-    if not local.get("adapter"):
-        return (2, "SmolLM2-135M base, grammar-constrained") if local.get("constrained") else \
-               (3, "SmolLM2-135M base, free decoding")
-    samples = train_samples({"backbone": b}, distill_dir)
-    size = "" if samples is None else f", {samples} trajectories"
-    decoding = "grammar-constrained (a diagnostic)" if local.get("constrained") else "free decoding"
-    return (5 if local.get("constrained") else 4), f"student: LoRA on SmolLM2{size}, {decoding}"
-
-
-ROW_LABELS = {"rules": _rules_label, "local": _embedded_label}  # backbone kind -> (row order, label); others: no row
-
-
-def method(config: dict, distill_dir: Path) -> tuple[int, str] | None:
-    """(row order, label) of an evaluation run in the backbone table."""
-    label = ROW_LABELS.get(config["backbone"]["kind"])
-    return label(config["backbone"], distill_dir) if label else None
+def row_label(row: dict, config: dict, distill_dir: Path) -> str:
+    """A Table 5 row file's label; ``{trajectories}`` in it: how many the run's adapter was trained on, where
+    known."""
+    adapter = ((config.get("backbone") or {}).get("local") or {}).get("adapter")
+    samples = train_samples(config, distill_dir) if adapter else None
+    return row["label"].replace("{trajectories}", "" if samples is None else f", {samples} trajectories")
 
 
 def metrics_on(run: RunData, ids: list[str]) -> dict:
@@ -435,42 +412,39 @@ def metrics_on(run: RunData, ids: list[str]) -> dict:
     return out
 
 
-def distillation_rows(runs: list[RunData], distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> list[dict]:
-    """Table 5's comparisons: the runs of its rows (``conf/experiment/table5/``: one agent, ``t_max`` steps, the first
-    test queries) and BM25 on the first ``baseline_limit`` test queries. Per query set, one comparison per run length
-    n (20, 50): every run that covers the first n queries, each scored on exactly those n; each model's Hit@1 as a
-    share of the teacher's on them."""
+def distillation_rows(runs: list[RunData], distill_dir: Path) -> list[dict]:
+    """Table 5's comparisons: the runs of its row files (``conf/experiment/table5/``: one agent, a few steps, the first
+    test queries; BM25 on the same). Per query set, one comparison per run length n: every run that covers the first
+    n queries, each scored on exactly those n; each model's Hit@1 as a share of the teacher's (the row file with
+    ``teacher: true``) on them."""
     found = []
-    for run in runs:
-        c = run.config
-        if c["stage"] == "baseline" and c.get("eval.limit") == baseline_limit and c["split"] == "test":
-            found.append((0, f"BM25, one global search ({c['retriever']['name']})", run))
     query_sets = sorted({r.config["queries"]["name"] for r in runs})
     for experiment in table_rows("table5"):
+        row = row_settings(experiment)
         for run in experiment_runs(runs, experiment, query_sets).values():
-            labelled = method(run.config, distill_dir)
-            if labelled:
-                found.append((*labelled, run))
+            found.append((row.get("order", 0), row_label(row, run.config, distill_dir), run, bool(row.get("teacher"))))
     rows = []
-    for q in sorted({run.config["queries"]["name"] for _, _, run in found}):
-        of_set = [(order, label, run, list(run.scores)) for order, label, run in found
+    for q in sorted({run.config["queries"]["name"] for _, _, run, _ in found}):
+        of_set = [(order, label, run, teacher, list(run.scores)) for order, label, run, teacher in found
                   if run.config["queries"]["name"] == q]
         for n in sorted({len(ids) for *_, ids in of_set}):
             first = next(ids for *_, ids in of_set if len(ids) == n)  # the first n queries of the split
             block = {}
-            for order, label, run, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[3]))):
+            for order, label, run, teacher, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[4]))):
                 if label not in block and len(ids) >= n and set(first) <= set(ids):
                     block[label] = {"order": order, "method": label, "queries": q, "n_queries": n, "run_data": run,
-                                    **metrics_on(run, first)}
-            teacher = next((r["hit@1"] for r in block.values() if r["order"] == 1), None)
+                                    "teacher": teacher, **metrics_on(run, first)}
+            teacher = next((r["hit@1"] for r in block.values() if r["teacher"]), None)
+            teacher_order = next((r["order"] for r in block.values() if r["teacher"]), None)
             for r in block.values():
-                if r["order"] >= 2 and teacher:
+                if teacher and r["order"] > teacher_order:
                     r["teacher_hit1_share"] = round(r["hit@1"] / teacher, 3)
             rows += sorted(block.values(), key=lambda r: (r["order"], r["method"]))
     return rows
 
 
-def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) -> Table:
+def table5(runs, distill_dir: Path) -> Table:
+    t_max = experiment_config(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
     t = Table("table5", f"Table 5: backbones and the distilled student on BioKG, first test queries, 1 agent, "
                         f"T_max {t_max} (x100)",
               ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
@@ -478,7 +452,7 @@ def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) ->
                    "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
                    "every run that covers the first n test queries, scored on exactly those n (a longer run appears "
                    "in a block with its first n).")
-    for r in distillation_rows(runs, distill_dir, t_max, baseline_limit):
+    for r in distillation_rows(runs, distill_dir):
         share = r.get("teacher_hit1_share")
         t.add([r["queries"], r["n_queries"], r["method"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
                None if share is None else round(100 * share)], [r["run_data"]],
@@ -489,8 +463,7 @@ def table5(runs, distill_dir: Path, t_max: int = 4, baseline_limit: int = 50) ->
 def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
-    d = cfg_report["distillation"]
     return [table1(runs, qs, ark, dict(cfg_report["graph_of"]), graphs, queries_root), table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
-            table5(runs, distill_dir, d["t_max"], d["baseline_limit"]), table6(queries_root, qs, split), table7(graphs),
+            table5(runs, distill_dir), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]
