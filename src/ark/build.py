@@ -100,7 +100,7 @@ def toolbox(cfg: DictConfig):
     from ark.tools.ark_v1 import ArkV1Toolbox
     from ark.tools.toolbox import ToolConfig, Toolbox
 
-    toolsets = {"ark": Toolbox, "ark_v1": ArkV1Toolbox}
+    toolsets = {cls.toolset: cls for cls in (Toolbox, ArkV1Toolbox)}  # agent.toolset -> the class
     name = cfg.agent.get("toolset", "ark")
     if name not in toolsets:
         raise UserError(f"agent.toolset must be one of {', '.join(toolsets)}, got {name!r}")

@@ -66,7 +66,9 @@ class RulesBackbone:
 
     @contextlib.contextmanager
     def policy(self, tools, seed: int, serving: Serving):
-        if tools.toolset == "ark_v1":
+        from ark.tools.ark_v1 import ArkV1Toolbox
+
+        if isinstance(tools, ArkV1Toolbox):  # ARK-V1's tools: its own scripted policy
             from ark.agent.rules_v1 import RulesV1Policy
 
             if self.temperature:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ark.errors import UserError
 from ark.llm.protocol import append_block, render_tools
+from ark.tools.ark_v1 import ArkV1Toolbox
 from ark.tools.toolbox import Toolbox, label
 
 PROMPTS = ("ark", "minimal")
@@ -33,7 +34,7 @@ def system_prompt(toolbox: Toolbox, T_max: int, text_protocol: bool = False, pro
         f"Relation types: {', '.join(map(label, g.relation_names))}.",
         "",
         "How to work:",
-        *(_ark_v1(toolbox) if toolbox.toolset == "ark_v1" else
+        *(_ark_v1(toolbox) if isinstance(toolbox, ArkV1Toolbox) else
           _strategy(toolbox) if prompt == "ark" else _minimal(toolbox)),
         f"- Call finish when the answer is complete. You have at most {T_max} steps.",
         "- Refer to nodes by their index, the number in square brackets.",
