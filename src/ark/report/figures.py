@@ -10,9 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ark.report.runs import RunData, experiment_runs  # noqa: E402
-from ark.report.tables import (ark_runs, ark_setting, baseline_runs, distillation_rows, train_samples,  # noqa: E402
-                               trajectory_rows)
+from ark.report.runs import RunData, experiment_runs, experiment_sweep  # noqa: E402
+from ark.report.tables import ark_setting, distillation_rows, train_samples, trajectory_rows  # noqa: E402
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
@@ -42,8 +41,7 @@ def figure2(runs, query_sets, ark, out: Path) -> list[Path]:
     """Three heatmaps (Hit@1, Recall@20, latency) over T_max x agents, one panel per swept query set."""
     sweeps = {}
     for q in query_sets:
-        found = [r for r in ark_runs(runs, {**ark, "T_max": None, "n_agents": None}, ablation__name="none",
-                                     retriever__name="bm25", dataset__name="biokg", queries__name=q)]
+        found = experiment_sweep(runs, "budget_sweep", q, vary=("agent.T_max", "agent.n_agents"))
         Ts, agents, cells = budget_grid(found)
         if len(Ts) > 1 and len(agents) > 1:
             sweeps[q] = (Ts, agents, cells)
@@ -79,8 +77,7 @@ def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
     per_set = experiment_runs(runs, ark_experiment, query_sets)
     bars = {}
     for q, run in per_set.items():
-        bm25 = [r for r in baseline_runs(runs, "bm25", run.config["dataset"]["name"])
-                if r.config["queries"]["name"] == q]
+        bm25 = list(experiment_runs(runs, "table1/bm25", [q], run.config["dataset"]["name"]).values())
         rows = trajectory_rows(run)
         calls = sum(x["global_calls"] + x["neighborhood_calls"] for x in rows)
         if not bm25 or not calls:

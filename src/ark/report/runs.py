@@ -106,18 +106,32 @@ def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: s
     """{query set: its run of ``+experiment=<experiment>``}: the run of the row's stage (``row_settings``) whose stored
     identity is what the experiment file composes to on that query set (values each machine resolves for itself
     aside); query sets with no such run are left out."""
-    from ark.runs.identity import identity, portable
-
-    paths = next((r.paths for r in runs), ())
     row = row_settings(experiment)
-    stage = row.get("stage", "evaluate")
     found = {}
     for q in (q for q in query_sets if q in row.get("query_sets", query_sets)):
-        wanted = portable(identity(experiment_config(experiment, dataset, q, tuple(paths)), stage))
-        match = [r for r in runs if r.config.get("stage") == stage and portable(r.config) == wanted]
+        match = experiment_sweep(runs, experiment, q, dataset)
         if match:
             found[q] = match[0]
     return found
+
+
+def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset: str = "biokg",
+                     vary: tuple[str, ...] = ()) -> list[RunData]:
+    """The runs of ``+experiment=<experiment>`` on one query set, as ``experiment_runs`` finds them, whatever their
+    values of the settings in ``vary`` (the axes of a sweep, e.g. ``agent.T_max``), in path order."""
+    from ark.runs.identity import identity, portable
+
+    def without(ident: dict) -> dict:
+        ident = portable(ident)
+        for key in vary:
+            group, _, name = key.partition(".")
+            (ident.get(group) or {}).pop(name, None)
+        return ident
+
+    stage = row_settings(experiment).get("stage", "evaluate")
+    paths = next((r.paths for r in runs), ())
+    wanted = without(identity(experiment_config(experiment, dataset, queries, tuple(paths)), stage))
+    return [r for r in runs if r.config.get("stage") == stage and without(r.config) == wanted]
 
 
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
