@@ -76,21 +76,28 @@ def fake_run(config: dict, **metrics) -> RunData:
 
 
 def test_stark_tables_put_ours_beside_the_papers_numbers():
+    """A paper row's cells are the runs of our row file that names it (conf/experiment/stark/<table>/), by identity."""
+    from ark.report.runs import experiment_config
+    from ark.runs.identity import identity
+
+    def stark_identity(experiment: str, dataset: str, stage: str = "evaluate") -> dict:
+        return identity(experiment_config(experiment, dataset, "stark", ()), stage)
+
     paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "version": "v2",
               "source": "arXiv x v2"}
              for c, v in (("PRIME Hit@1", "12.75"), ("MAG Hit@1", "25.85"), ("Average Hit@1", "27.85"))]
-    paper.append({"table": "Table 1", "caption": "main", "row": "ARK", "column": "PRIME Hit@1", "value": "48.20",
-                  "version": "v2", "source": "arXiv x v2"})
-    bm25 = fake_run({"stage": "baseline", "split": "test", "eval.limit": None, "dataset": {"name": "stark_prime"},
-                     "retriever": {"name": "bm25"}}, **{"hit@1": 0.2})
-    other = fake_run({"stage": "baseline", "split": "test-0.1", "eval.limit": None,
-                      "dataset": {"name": "stark_mag"}, "retriever": {"name": "bm25"}}, **{"hit@1": 0.9})
-    ark = {"backbone": "gpt-4.1", "T_max": 20, "n_agents": 3}
-    table = next(t for t in stark_tables([bm25, other], ark, paper) if t.name == "stark_table1")
+    paper += [{"table": "Table 1", "caption": "main", "row": "ARK", "column": c, "value": "48.20", "version": "v2",
+               "source": "arXiv x v2"} for c in ("PRIME Hit@1", "MAG Hit@1")]
+    bm25 = fake_run(stark_identity("stark/table1/bm25", "stark_prime", "baseline"), **{"hit@1": 0.2})
+    other = fake_run({**stark_identity("stark/table1/bm25", "stark_mag", "baseline"), "split": "test-0.1"},
+                     **{"hit@1": 0.9})
+    ark = fake_run(stark_identity("stark/table1/ark", "stark_prime"), **{"hit@1": 0.5})
+    ark_t30 = fake_run(stark_identity("stark/table8/A1T30", "stark_mag"), **{"hit@1": 0.7})  # Table 8's, not ARK's
+    table = next(t for t in stark_tables([bm25, other, ark, ark_t30], paper) if t.name == "stark_table1")
     assert table.columns == ["row", "PRIME Hit@1", "MAG Hit@1", "Average Hit@1"]
     assert table.rows[0] == ["BM25", "12.75 / 20.00 (+7.25)", "25.85 / –", "27.85 / –"]  # the 10% run is not "test"
-    assert table.rows[1] == ["ARK", "48.20 / –", "", ""]
-    assert table.runs == {"BM25": ["/runs/x"]}
+    assert table.rows[1] == ["ARK", "48.20 / 50.00 (+1.80)", "48.20 / –", ""]
+    assert table.runs == {"BM25": ["/runs/x"], "ARK": ["/runs/x"]}
 
 
 def test_the_budget_heatmap_keeps_the_complete_rows_of_its_sweep():

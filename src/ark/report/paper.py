@@ -11,8 +11,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ark.report.runs import RunData
-from ark.report.tables import Table, ark_runs, baseline_runs
+from ark.report.runs import RunData, experiment_runs, row_settings, table_rows
+from ark.report.tables import Table
 
 PAPER_NUMBERS = Path(__file__).with_name("paper_numbers.csv")
 DATASETS = {"AMAZON": "stark_amazon", "MAG": "stark_mag", "PRIME": "stark_prime"}
@@ -24,8 +24,6 @@ PAPER_TABLES = {"table1": ("Table 1", "main results"), "table2": ("Table 2", "to
                 "table7": ("Table 7", "graph statistics"), "table8": ("Table 8", "cost-controlled budgets"),
                 "table9": ("Table 9", "tool use per trajectory, %"), "table10": ("Table 10", "re-anchoring, %"),
                 "figure2": ("Figure 3", "budget heatmap cells")}
-BACKBONES = {"GPT-4o": "gpt-4o", "GPT-4.1": "gpt-4.1", "GPT-5.2": "gpt-5.2", "Qwen3-4B": "qwen3-4b",
-             "Qwen3-8B": "qwen3-8b", "Qwen3-8B-6000": "qwen3-8b-student"}  # Table 5 rows we have a backbone for
 
 
 def paper_numbers(path: Path = PAPER_NUMBERS) -> list[dict]:
@@ -33,53 +31,34 @@ def paper_numbers(path: Path = PAPER_NUMBERS) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def our_runs(runs: list[RunData], table: str, row: str, dataset: str, ark: dict) -> list[RunData]:
-    """The runs behind one paper row on one STaRK dataset, recognised by their stored configs."""
-    on = dict(dataset__name=dataset)
-    if row == "BM25" and table == "table1":
-        return baseline_runs(runs, "bm25", dataset)
-    if table == "table1" and row == "ARK":
-        return ark_runs(runs, ark, ablation__name="none", retriever__name="bm25", **on)
-    if table == "table1" and row == "ARK distilled":
-        return ark_runs(runs, {**ark, "backbone": "qwen3-8b-student"}, ablation__name="none", retriever__name="bm25",
-                        **on)
-    if table == "table4" and row in ("BM25", "Dense"):
-        return ark_runs(runs, ark, ablation__name="none", retriever__name=row.lower(), **on)
-    if table == "table8":
-        budget = {"1 agent, T_max = 30": (1, 30), "3 agents, T_max = 10": (3, 10)}.get(row)
-        return ark_runs(runs, {**ark, "n_agents": budget[0], "T_max": budget[1]}, ablation__name="none",
-                        retriever__name="bm25", **on) if budget else []
-    if table == "table2":
-        ablation = {"Full": "none", "w/o Neighbors": "no_neighbors", "Neighbors w/o q": "no_q",
-                    "Neighbors w/o F": "no_f"}.get(row)
-        return ark_runs(runs, ark, "test-0.1", ablation__name=ablation, retriever__name="bm25", **on) if ablation \
-            else []
-    if table == "table5":
-        backbone = BACKBONES.get(row)
-        return ark_runs(runs, {**ark, "backbone": backbone}, ablation__name="none", retriever__name="bm25", **on) \
-            if backbone else []
+def our_runs(runs: list[RunData], table: str, row: str, dataset: str) -> list[RunData]:
+    """The runs behind one paper row on one STaRK dataset: those of the row file of our table whose ``row.paper``
+    names it (``conf/experiment/stark/<table>/``), found by identity like every table's rows."""
+    for experiment in table_rows(f"stark/{table}"):
+        if row_settings(experiment).get("paper") == row:
+            return list(experiment_runs(runs, experiment, ["stark"], dataset).values())
     return []
 
 
-def _ours(runs, table, row, column, ark) -> tuple[float | None, list[RunData]]:
+def _ours(runs, table, row, column) -> tuple[float | None, list[RunData]]:
     name, _, metric = column.partition(" ")
     key = METRIC_KEYS.get(metric)
     if key is None:
         return None, []
     if name == "Average":
-        parts = [_ours(runs, table, row, f"{d} {metric}", ark) for d in DATASETS]
+        parts = [_ours(runs, table, row, f"{d} {metric}") for d in DATASETS]
         if any(v is None for v, _ in parts):
             return None, []
         return round(sum(v for v, _ in parts) / len(parts), 2), [r for _, rs in parts for r in rs]
     if name not in DATASETS:
         return None, []
-    found = our_runs(runs, table, row, DATASETS[name], ark)
+    found = our_runs(runs, table, row, DATASETS[name])
     if not found or key not in found[0].metrics:
         return None, []
     return round(100 * found[0].metrics[key], 2), found[:1]
 
 
-def stark_tables(runs: list[RunData], ark: dict, numbers: list[dict] | None = None) -> list[Table]:
+def stark_tables(runs: list[RunData], numbers: list[dict] | None = None) -> list[Table]:
     """One table per paper table: the paper's numbers, with ours beside them where a matching STaRK run exists."""
     numbers = paper_numbers() if numbers is None else numbers
     tables = []
@@ -101,7 +80,7 @@ def stark_tables(runs: list[RunData], ark: dict, numbers: list[dict] | None = No
             line, behind = [row], []
             for column in columns:
                 paper = value.get((row, column))
-                mine, rs = _ours(runs, ours, row, column, ark)
+                mine, rs = _ours(runs, ours, row, column)
                 behind += rs
                 line.append(_paper_vs_ours(paper, mine))
             t.add(line, behind)

@@ -37,10 +37,6 @@ class RunData:
             value = value[part]
         return value
 
-    def matches(self, **settings) -> bool:
-        """Every setting (dotted keys written with ``__``: ``agent__T_max=20``) equals the stored one."""
-        return all(self.get(k.replace("__", ".")) == v for k, v in settings.items())
-
     @property
     def records(self) -> list[QueryRecord]:
         if self._records is None:
@@ -71,10 +67,6 @@ def load_runs(roots, paths: tuple = ()) -> list[RunData]:
             runs.append(RunData(d, yaml.safe_load(config_file.read_text()), json.loads((d / "metrics.json").read_text()),
                                 json.loads(stats.read_text()) if stats.exists() else {}, tuple(paths)))
     return runs
-
-
-def select(runs: list[RunData], **settings) -> list[RunData]:
-    return [r for r in runs if r.matches(**settings)]
 
 
 def table_rows(table: str) -> list[str]:

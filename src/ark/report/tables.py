@@ -20,7 +20,7 @@ from ark.eval.metrics import score_query
 from ark.eval.score import score_records
 from ark.eval.trajectories import run_statistics, steps
 from ark.io import read_jsonl
-from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, select, table_rows
+from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 LABEL = {"hit@1": "Hit@1", "hit@5": "Hit@5", "recall@20": "R@20", "mrr": "MRR"}
@@ -113,22 +113,6 @@ def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, aver
         cells += [round(float(np.mean([pct(values(found[q], m)) for q in query_sets])), 2) if full else None
                   for m in metrics]
     return cells
-
-
-# ---------------------------------------------------------------------------------------------- the ARK runs
-def ark_runs(runs, ark: dict, split: str = "test", **more) -> list[RunData]:
-    """The evaluate runs of the configured ARK setting (``report.ark``): backbone, T_max, agents, full split."""
-    settings = dict(stage="evaluate", split=split, backbone__name=ark["backbone"], agent__T_max=ark["T_max"],
-                    agent__n_agents=ark["n_agents"], agent__aggregation="voting")
-    settings.update(more)
-    settings = {k: v for k, v in settings.items() if v is not None}  # None: any value
-    return [r for r in select(runs, **settings) if r.get("eval.limit") is None]
-
-
-def baseline_runs(runs, retriever: str, dataset: str, split: str = "test") -> list[RunData]:
-    """One global search per query over the whole split."""
-    return [r for r in select(runs, stage="baseline", split=split, retriever__name=retriever, dataset__name=dataset)
-            if r.get("eval.limit") is None]
 
 
 def ark_setting(experiment: str) -> dict:

@@ -132,12 +132,14 @@ def _label_free_sha256(path: Path) -> str | None:
     return h.hexdigest()
 
 
-MACHINE_RESOLVED = (("backbone", "local", "threads"), ("backbone", "local", "dtype"), ("retriever", "params", "bf16"))
+MACHINE_RESOLVED = (("backbone", "local", "threads"), ("backbone", "local", "dtype"), ("retriever", "params", "bf16"),
+                    ("backbone", "endpoint"))
 
 
 def portable(ident: dict) -> dict:
-    """``ident`` without the values each machine resolves for itself ("auto" dtypes, thread counts): what a run
-    found on another machine is compared by (the report's lookup of a table row's runs)."""
+    """``ident`` without the values each machine resolves for itself ("auto" dtypes, thread counts, the server a
+    hosted model was reached at: an api_base given on the command line or in the environment): what a run found on
+    another machine is compared by (the report's lookup of a table row's runs)."""
     out = json.loads(json.dumps(ident))
     for *parents, key in MACHINE_RESOLVED:
         node = out

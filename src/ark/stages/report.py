@@ -36,7 +36,7 @@ def run(cfg: DictConfig) -> dict:
     if r["biokg"]:
         graphs = {name: graph(name, paths) for name in r["graphs"] if (Path(cfg.paths.data) / "graph" / name).exists()}
         tables = biokg_tables(runs, r, Path(cfg.paths.data) / "queries" / "biokg", Path(r["distill"]), graphs)
-    tables += stark_tables(runs, r["stark_ark"])
+    tables += stark_tables(runs)
     for d in (tables_dir, figures_dir) if r["biokg"] else (tables_dir,):  # nothing stale may linger
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
