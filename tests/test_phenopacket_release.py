@@ -1,4 +1,4 @@
-"""The phenopacket-store release -> the JSON Lines file the pipeline reads (stage download_phenopackets)."""
+"""The phenopacket-store release -> the JSON Lines file the pipeline reads (stage download@phenopackets)."""
 import gzip
 import json
 import zipfile
