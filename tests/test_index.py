@@ -75,13 +75,14 @@ def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
     """`bf16: auto` never reaches an index's settings or a run's identity: they record what the embeddings were
     computed in, so an index built on an AMX machine is not taken for one built in float32 elsewhere."""
     import ark.llm.weights as weights
+    from ark.config import resolved
     from ark.index import index_settings
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg(["retriever=dense"])
     for native in (True, False):
         monkeypatch.setattr(weights, "cpu_has_bf16", lambda native=native: native)
-        assert index_settings(cfg.retriever)["params"] == {"bf16": native}
+        assert index_settings(resolved(cfg.retriever))["params"] == {"bf16": native}
 
 
 def test_a_dense_index_reuses_the_embeddings_of_identical_documents(tmp_path):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from ark.config import make
+from ark.config import make, resolved
 from ark.errors import UserError
 from ark.io import blocking_file
 from ark.llm.settings import RetryPolicy
@@ -87,7 +87,7 @@ def relevance(cfg: DictConfig):
     """The index in ``dataset.index_dir``, which must have been built with ``cfg.retriever``'s settings."""
     from ark.index import built_settings, index_settings
 
-    wanted = index_settings(cfg.retriever, cfg.dataset.index_dir)
+    wanted = index_settings(resolved(cfg.retriever), cfg.dataset.index_dir)
     built = built_settings(cfg.dataset.index_dir) or wanted
     if built != wanted:
         raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "

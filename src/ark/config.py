@@ -85,6 +85,13 @@ def check_overrides(args) -> None:
                  and not o.key_or_group.startswith("hydra")])
 
 
+def resolved(node):
+    """A config node as plain data (dicts and lists, interpolations resolved); plain data as it is."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
+
+
 def make(node, group: str):
     """The object a config node's ``_target_`` names, built from its other keys; a key the class does not take (or
     a missing one) is one clear error."""

@@ -223,7 +223,7 @@ def make_synthetic_queries(graph: Graph, cfg) -> tuple[dict[str, list[dict]], di
     gold answer or the textual anchor's label."""
     for name, least in (("n_queries", 1), ("seed", 0), ("min_answers", 1), ("max_answers", 1),
                         ("min_candidates", 0), ("max_anchor_uses", 1)):
-        require_int(f"queries.{name}", cfg[name], least)
+        require_int(f"queries.{name}", getattr(cfg, name), least)
     if cfg.min_answers > cfg.max_answers:
         raise UserError(f"queries.min_answers ({cfg.min_answers}) exceeds queries.max_answers ({cfg.max_answers})")
     require_fractions("queries.split_fractions", cfg.split_fractions)
@@ -245,8 +245,6 @@ class SyntheticQueries(QuerySet):
     split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
 
     def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
-        from omegaconf import OmegaConf
-
         from ark.graph import load_graph
 
-        return make_synthetic_queries(load_graph(dataset), OmegaConf.structured(self))
+        return make_synthetic_queries(load_graph(dataset), self)

@@ -26,15 +26,14 @@ class Relevance(Protocol):
 RUNTIME_PARAMS = ("device", "batch_size", "reuse")  # how fast an index is built, not what it holds
 
 
-def index_settings(retriever_cfg, index_dir: str | Path | None = None) -> dict:
-    """The retriever settings an index is built with (stored in its ``info.json``; part of a run's identity).
+def index_settings(retriever: dict, index_dir: str | Path | None = None) -> dict:
+    """The retriever settings an index is built with (stored in its ``info.json``; part of a run's identity), from
+    the retriever's config as plain data (name, params).
 
     ``bf16: auto`` is resolved: an index computed in bf16 is another index. With ``index_dir`` (the index a run
     reads), "auto" takes what that index was built in, so an index built on another kind of CPU (or pulled) is
     used as it is and queries are encoded as it was; without one, what this CPU computes natively."""
-    from omegaconf import OmegaConf
-
-    params = OmegaConf.to_container(retriever_cfg.params, resolve=True) if retriever_cfg.get("params") else {}
+    params = dict(retriever.get("params") or {})
     if params.get("bf16") == "auto":
         built = built_settings(index_dir) if index_dir is not None else None
         if built and "bf16" in built.get("params", {}):
@@ -45,7 +44,7 @@ def index_settings(retriever_cfg, index_dir: str | Path | None = None) -> dict:
             params["bf16"] = resolve_bf16("auto")
     elif "bf16" in params:
         params["bf16"] = bool(params["bf16"])
-    return {"name": retriever_cfg.name, "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
+    return {"name": retriever["name"], "params": {k: v for k, v in params.items() if k not in RUNTIME_PARAMS}}
 
 
 def built_settings(index_dir: str | Path) -> dict | None:

@@ -45,10 +45,8 @@ def execute_all(notebooks: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":  # python -m ark.report.notebook: the executed copies, as the report stage writes them
-    from omegaconf import OmegaConf
+    from ark.config import compose, resolved
 
-    from ark.config import compose
-
-    report = OmegaConf.to_container(compose([]).report, resolve=True)
+    report = resolved(compose([]).report)
     for p in execute_all(Path(report["notebooks"]), Path(report["executed"])):
         print(p)

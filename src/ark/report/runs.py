@@ -81,10 +81,10 @@ def row_settings(experiment: str) -> dict:
     """What a row file says about its row (``row``): its label and order in its table, the stage of its runs
     (``stage``: evaluate unless it says baseline or hpo_baseline), and the query sets it has runs on (``query_sets``:
     every one unless it names them)."""
-    from omegaconf import OmegaConf
+    from ark.config import resolved
 
     row = experiment_config(experiment, "biokg", "synthetic", ()).get("row")
-    return OmegaConf.to_container(row, resolve=True) if row is not None else {}
+    return resolved(row) if row is not None else {}
 
 
 @lru_cache(maxsize=256)

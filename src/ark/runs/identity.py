@@ -86,7 +86,7 @@ def identity(cfg: DictConfig, stage: str) -> dict:
         if key == "subset_seed":
             value = _subset_seed(cfg)
         elif key == "retriever":
-            value = index_settings(cfg.retriever, OmegaConf.select(cfg, "dataset.index_dir"))  # what the index holds
+            value = index_settings(_select(cfg, "retriever"), OmegaConf.select(cfg, "dataset.index_dir"))  # the index's
         else:
             value = _select(cfg, key)
         if isinstance(value, dict):  # _target_: which class reads the settings, not a setting

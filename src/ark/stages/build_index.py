@@ -4,7 +4,7 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from ark.config import make
+from ark.config import make, resolved
 from ark.graph import load_graph
 from ark.index import index_settings
 from ark.io import atomic_dir, write_json
@@ -23,7 +23,7 @@ def run(cfg: DictConfig) -> dict:
     index = make(cfg.retriever, "retriever").build(graph.doc)
     seconds = time.perf_counter() - start
     # no timings: a rebuild is byte-identical
-    info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(cfg.retriever)}
+    info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(resolved(cfg.retriever))}
     with atomic_dir(cfg.dataset.index_dir) as tmp:
         index.save(tmp)
         write_json(tmp / "info.json", info)
