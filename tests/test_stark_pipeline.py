@@ -35,7 +35,8 @@ def new_project(path: Path) -> Path:
     shutil.copytree(ROOT / "conf", path / "conf")
     shutil.copytree(ROOT / "src" / "ark", path / "src" / "ark", ignore=shutil.ignore_patterns("__pycache__"))
     (path / "stark").mkdir()
-    shutil.copy(ROOT / "stark" / "dvc.yaml", path / "stark" / "dvc.yaml")
+    for name in ("dvc.yaml", "deps.yaml"):  # the pipeline and its generated per-entry deps
+        shutil.copy(ROOT / "stark" / name, path / "stark" / name)
     dvc(path, "init", "--no-scm", "-q")
     return path
 
