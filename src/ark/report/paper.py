@@ -34,6 +34,8 @@ def paper_numbers(path: Path = PAPER_NUMBERS) -> list[dict]:
 def our_runs(runs: list[RunData], table: str, row: str, dataset: str) -> list[RunData]:
     """The runs behind one paper row on one STaRK dataset: those of the row file of our table whose ``row.paper``
     names it (``conf/experiment/stark/<table>/``), found by identity like every table's rows."""
+    if not any(r.get("dataset.name") == dataset for r in runs):  # no run on this graph: no row file to compose
+        return []
     for experiment in table_rows(f"stark/{table}"):
         if row_settings(experiment).get("paper") == row:
             return list(experiment_runs(runs, experiment, ["stark"], dataset).values())

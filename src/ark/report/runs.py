@@ -69,14 +69,16 @@ def load_runs(roots, paths: tuple = ()) -> list[RunData]:
     return runs
 
 
-def table_rows(table: str) -> list[str]:
+@lru_cache(maxsize=64)
+def table_rows(table: str) -> tuple[str, ...]:
     """The experiment files of a table's rows, ``conf/experiment/<table>/<row>.yaml``, in their ``row.order``."""
     from ark.config import CONF
 
     names = [f"{table}/{p.stem}" for p in sorted((CONF / "experiment" / table).glob("*.yaml"))]
-    return sorted(names, key=lambda name: row_settings(name).get("order", 0))
+    return tuple(sorted(names, key=lambda name: row_settings(name).get("order", 0)))
 
 
+@lru_cache(maxsize=256)
 def row_settings(experiment: str) -> dict:
     """What a row file says about its row (``row``): its label and order in its table, the stage of its runs
     (``stage``: evaluate unless it says baseline or hpo_baseline), and the query sets it has runs on (``query_sets``:
@@ -121,9 +123,13 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
         return ident
 
     stage = row_settings(experiment).get("stage", "evaluate")
-    paths = next((r.paths for r in runs), ())
-    wanted = without(identity(experiment_config(experiment, dataset, queries, tuple(paths)), stage))
-    return [r for r in runs if r.config.get("stage") == stage and without(r.config) == wanted]
+    # the identity names its stage, graph and query set: runs of others are left before composing anything
+    runs = [r for r in runs if r.config.get("stage") == stage and r.get("dataset.name") == dataset
+            and r.get("queries.name") == queries]
+    if not runs:
+        return []
+    wanted = without(identity(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)), stage))
+    return [r for r in runs if without(r.config) == wanted]
 
 
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
