@@ -496,15 +496,18 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
     assert snapshot(p) == before
 
 
-@pytest.mark.parametrize("command", ["ask", "estimate"])
-@pytest.mark.parametrize("overrides, message", [
-    (["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
-    (["agent=nonexistent"], "agent=nonexistent: no such option"),
-    (["agent.T_max=1,2"], "sweeps over several values"),
-    (["backbone.expand=-1"], "backbone.expand must be an integer >= 0"),
-    (["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
-    (["llm.retry.max_attempts=0"], "llm.retry.max_attempts must be an integer >= 1"),
-], ids=["key-mistyped", "option-unknown", "sweep", "expand-negative", "tool_mode-bogus", "max_attempts-0"])
+@pytest.mark.parametrize("command, overrides, message", [
+    ("ask", ["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
+    ("ask", ["agent=nonexistent"], "agent=nonexistent: no such option"),
+    ("ask", ["agent.T_max=1,2"], "sweeps over several values"),
+    ("ask", ["backbone.expand=-1"], "backbone.expand must be an integer >= 0"),
+    ("ask", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
+    ("ask", ["llm.retry.max_attempts=0"], "llm.retry.max_attempts must be an integer >= 1"),
+    ("estimate", ["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
+    ("estimate", ["agent=nonexistent"], "agent=nonexistent: no such option"),
+    ("estimate", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
+], ids=["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",
+        "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus"])
 def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path, capsys, command, overrides, message):
     from ark.cli import main
 
