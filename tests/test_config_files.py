@@ -92,7 +92,9 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
     shutil.copytree(CONF, conf)
     (conf / "experiment" / f"{name}.yaml").write_text(text + "\n", encoding="utf-8")
     monkeypatch.setattr(ark.config, "CONF", conf)
-    experiment_config.cache_clear()
+    cached = (experiment_config, row_settings, table_rows)  # each remembers what it read of conf/
+    for f in cached:
+        f.cache_clear()
     try:
         assert table_rows("table2")[-1] == name and row_settings(name)["label"] == "neighborhood without q and F"
         ident = identity(experiment_config(name, "biokg", "synthetic", ()), "evaluate")
@@ -100,7 +102,8 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
                                      "type_filters": False}
         assert ident["split"] == "test-0.1" and ident["backbone"]["name"] == "rules_sampled"
     finally:
-        experiment_config.cache_clear()
+        for f in cached:
+            f.cache_clear()
 
 
 def test_a_new_hosted_backbone_is_one_yaml_file(tmp_path, monkeypatch):
