@@ -9,6 +9,7 @@ matching stored config exists under the report's run roots (the STaRK pipeline, 
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
 from ark.report.runs import RunData, experiment_runs, row_settings, table_rows
@@ -42,19 +43,20 @@ def our_runs(runs: list[RunData], table: str, row: str, dataset: str) -> list[Ru
     return []
 
 
-def _ours(runs, table, row, column) -> tuple[float | None, list[RunData]]:
+def _ours(lookup, table, row, column) -> tuple[float | None, list[RunData]]:
+    """Our number of one cell and its runs; ``lookup(table, row, dataset)``: ``our_runs`` on the report's runs."""
     name, _, metric = column.partition(" ")
     key = METRIC_KEYS.get(metric)
     if key is None:
         return None, []
     if name == "Average":
-        parts = [_ours(runs, table, row, f"{d} {metric}") for d in DATASETS]
+        parts = [_ours(lookup, table, row, f"{d} {metric}") for d in DATASETS]
         if any(v is None for v, _ in parts):
             return None, []
         return round(sum(v for v, _ in parts) / len(parts), 2), [r for _, rs in parts for r in rs]
     if name not in DATASETS:
         return None, []
-    found = our_runs(runs, table, row, DATASETS[name])
+    found = lookup(table, row, DATASETS[name])
     if not found or key not in found[0].metrics:
         return None, []
     return round(100 * found[0].metrics[key], 2), found[:1]
@@ -63,6 +65,7 @@ def _ours(runs, table, row, column) -> tuple[float | None, list[RunData]]:
 def stark_tables(runs: list[RunData], numbers: list[dict] | None = None) -> list[Table]:
     """One table per paper table: the paper's numbers, with ours beside them where a matching STaRK run exists."""
     numbers = paper_numbers() if numbers is None else numbers
+    lookup = functools.cache(lambda table, row, dataset: our_runs(runs, table, row, dataset))  # once per cell group
     tables = []
     for ours, (theirs, what) in PAPER_TABLES.items():
         cells = [n for n in numbers if n["table"] == theirs]
@@ -82,7 +85,7 @@ def stark_tables(runs: list[RunData], numbers: list[dict] | None = None) -> list
             line, behind = [row], []
             for column in columns:
                 paper = value.get((row, column))
-                mine, rs = _ours(runs, ours, row, column)
+                mine, rs = _ours(lookup, ours, row, column)
                 behind += rs
                 line.append(_paper_vs_ours(paper, mine))
             t.add(line, behind)

@@ -123,13 +123,34 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
         return ident
 
     stage = row_settings(experiment).get("stage", "evaluate")
-    # the identity names its stage, graph and query set: runs of others are left before composing anything
-    runs = [r for r in runs if r.config.get("stage") == stage and r.get("dataset.name") == dataset
-            and r.get("queries.name") == queries]
+    # the identity names its stage, graph, query set and the row's own settings (its file composed once, for its
+    # `row`): runs that differ in one of them are left before the file is composed on this graph
+    settled = {"stage": stage, "dataset.name": dataset, "queries.name": queries,
+               **{k: v for k, v in _row_values(experiment, stage).items() if k not in vary}}
+    runs = [r for r in runs if all(r.get(k) == v for k, v in settled.items())]
     if not runs:
         return []
     wanted = without(identity(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)), stage))
     return [r for r in runs if without(r.config) == wanted]
+
+
+ROW_VALUES = ("split", "eval.limit", "backbone.name", "ablation.name", "retriever.name", "agent.T_max",
+              "agent.n_agents")  # settings no graph or query set changes
+
+
+def _row_values(experiment: str, stage: str) -> dict:
+    """The values of ``ROW_VALUES`` that a ``stage`` run's identity holds, as the row file composes them."""
+    from ark.runs.identity import STAGE_SETTINGS
+
+    config = experiment_config(experiment, "biokg", "synthetic", ())
+    out = {}
+    for key in ROW_VALUES:
+        if key in STAGE_SETTINGS[stage] or key.split(".")[0] in STAGE_SETTINGS[stage]:
+            value = config
+            for part in key.split("."):
+                value = value.get(part) if value is not None else None
+            out[key] = value
+    return out
 
 
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
