@@ -16,6 +16,10 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_int(key: str, value, least: int = 1, none: bool = False) -> None:
     if none and value is None:
         return
@@ -29,7 +33,7 @@ def check_number(key: str, value, least: float = 0.0, most: float | None = None,
     no cap)."""
     if none and value is None:
         return
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = (is_number(value) and math.isfinite(value)
           and (value > least if above else value >= least) and (most is None or value <= most))
     if not ok:
         bounds = f"{'>' if above else '>='} {least:g}" + (f" and <= {most:g}" if most is not None else "")

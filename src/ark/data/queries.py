@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ark.errors import UserError
 from ark.io import read_jsonl, write_json, write_jsonl
+from ark.settings import check_int, is_number
 
 SPLITS = ("train", "val", "test")
 
@@ -22,16 +23,13 @@ def split_of(key: str, fractions=(0.6, 0.2, 0.2)) -> str:
 
 def require_int(name: str, value, least: int = 0, optional: bool = False) -> None:
     """A query-set setting that must be an integer >= ``least`` (or null where ``optional``)."""
-    if optional and value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < least:
-        raise UserError(f"{name} must be {'null or ' if optional else ''}an integer >= {least}, got {value!r}")
+    check_int(name, value, least, none=optional)
 
 
 def require_fractions(name: str, value) -> None:
     """Three train/val/test weights: numbers >= 0 with a positive sum."""
     ok = (not isinstance(value, (str, bytes)) and hasattr(value, "__len__") and len(value) == 3
-          and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in value) and sum(value) > 0)
+          and all(is_number(v) and v >= 0 for v in value) and sum(value) > 0)
     if not ok:
         raise UserError(f"{name} must be three numbers >= 0 (train, val, test) with a positive sum, got {value!r}")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from ark.data import Dataset, QuerySet
 from ark.errors import UserError
 from ark.data.queries import SPLITS
+from ark.settings import is_int
 
 QA_FILE = "stark_qa/stark_qa.csv"
 HUMAN_FILE = "stark_qa/stark_qa_human_generated_eval.csv"
@@ -71,8 +72,7 @@ def read_qa_csv(path: str | Path) -> list[dict]:
 def _qa_row(row: dict, where: str) -> dict:
     try:
         answers = ast.literal_eval(row["answer_ids"] or "")
-        if not isinstance(answers, (list, tuple)) or not all(isinstance(a, int) and not isinstance(a, bool)
-                                                             for a in answers):
+        if not isinstance(answers, (list, tuple)) or not all(is_int(a) for a in answers):
             raise ValueError
         qid = str(int(row["id"]))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):

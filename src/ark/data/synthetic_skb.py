@@ -42,6 +42,7 @@ import numpy as np
 from ark.data.queries import SPLITS, split_of
 from ark.errors import UserError
 from ark.io import atomic_dir
+from ark.settings import check_int
 from ark.graph.stark import MAG_EDGE_TYPES, MAG_NODE_TYPES, PRIME_EDGE_TYPES, PRIME_NODE_TYPES
 
 QA_DIR = "qa"
@@ -517,9 +518,7 @@ def generate_skb(skb: str, out_dir: str | Path, nodes: int, seed: int = 0, queri
     if skb not in SCHEMAS:
         raise UserError(f"no synthetic generator for STaRK {skb!r}; valid: {', '.join(SCHEMAS)}")
     for key, value in (("nodes", nodes), ("seed", seed), ("queries", queries), ("max_answers", max_answers)):
-        least = SETTINGS[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise UserError(f"dataset.generate.{key} must be an integer >= {least}, got {value!r}")
+        check_int(f"dataset.generate.{key}", value, SETTINGS[key])
     schema = SCHEMAS[skb]
     layout_rng, edge_rng, text_rng, query_rng = (np.random.default_rng(s)
                                                  for s in np.random.SeedSequence(seed).spawn(4))

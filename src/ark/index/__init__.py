@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ark.errors import UserError
+from ark.settings import is_number
 
 
 class Relevance(Protocol):
@@ -103,9 +104,9 @@ class BM25Retriever(Retriever):
     def __post_init__(self):
         super().__post_init__()
         k1, b = self.params.get("k1", 1.2), self.params.get("b", 0.75)
-        if not _is_number(k1) or k1 < 0:
+        if not is_number(k1) or k1 < 0:
             raise UserError(f"retriever.params.k1 must be a number >= 0, got {k1!r}")
-        if not _is_number(b) or not 0 <= b <= 1:
+        if not is_number(b) or not 0 <= b <= 1:
             raise UserError(f"retriever.params.b must be a number in 0..1, got {b!r}")
 
     @property
@@ -123,5 +124,3 @@ class DenseRetriever(Retriever):
         return DenseIndex
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from ark import build
 from ark.data.queries import split_of
 from ark.errors import UserError
+from ark.settings import is_int
 from ark.io import atomic_dir, write_json
 from ark.runs.store import load_run
 from ark.stages import clear_errors, launch
@@ -125,7 +126,7 @@ def check_nested(d, budgets: dict) -> None:
                         f"batch_size 1, grad_accum 1, no packing, one epoch and no max_steps; got "
                         f"{', '.join(problems)}")
     for name, k in budgets.items():
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1 or "/" in str(name):
+        if not is_int(k) or k < 1 or "/" in str(name):
             raise UserError(f"distill.budgets: {name}: {k} (a directory name: a whole number of queries >= 1)")
 
 
