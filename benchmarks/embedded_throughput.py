@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import ark  # noqa: F401  (offline environment defaults)
-from ark.build import backbone, toolbox
+from ark.build import spec, toolbox
 from ark.config import compose
 from ark.llm.client import LLMClient
 from ark.llm.local import PREFILL_CHUNK, LocalChatModel
@@ -46,8 +46,8 @@ def workload(records: Path, n_queries: int, concurrency: int) -> list[dict]:
     """The requests of the first ``n_queries`` records, in the order a run with ``concurrency`` sends them:
     queries in groups, their agents' steps round-robin."""
     cfg = compose(OVERRIDES)
-    tools = toolbox(cfg).schemas()
-    client = LLMClient(backbone(cfg))
+    tools = toolbox(spec(cfg)).schemas()
+    client = LLMClient(spec(cfg).backbone)
     rows = [json.loads(line) for line in records.open()][:n_queries]
     requests = []
     for start in range(0, len(rows), concurrency):

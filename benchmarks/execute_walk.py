@@ -1,4 +1,4 @@
-"""Walk counts of one evaluate run on the tiny graph (rules backbone, 1 agent, 1 query): following execute(cfg)
+"""Walk counts of one evaluate run on the tiny graph (rules backbone, 1 agent, 1 query): following execute(spec(cfg))
 through the project's own code, the distinct src/ark files its calls enter, and the back-and-forths (a call or
 return that re-enters a file already left). A measure of how far a reader follows one run through the code; run it
 on two commits to compare them.
@@ -22,6 +22,7 @@ tiny_graph().save(cfg.dataset.graph_dir)
 write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [{"id": "q1", "query": "slender fingers", "answer_ids": [3]}])
 from ark.stages import build_index
 build_index.run(cfg)
+from ark.build import spec
 from ark.runs.execute import execute
 import ark.runs.execute  # noqa
 
@@ -36,7 +37,7 @@ def prof(frame, event, arg):
 
 cfg = compose_cfg(base)
 sys.setprofile(prof)
-execute(cfg, "evaluate")
+execute(spec(cfg), "evaluate")
 sys.setprofile(None)
 seen, back = set(), 0
 for i, f in enumerate(path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ark import build
 from ark.agent.aggregate import aggregate, ordering, shuffled, voting
 from ark.agent.loop import run_agent
 from ark.agent.policies import LLMPolicy, RulesPolicy
@@ -202,13 +203,12 @@ def test_rate_limit_then_success_is_retried():
                                                             ("claude-sonnet-4-5", "native", "required"),
                                                             ("gpt-4.1", "text", None)])
 def test_the_request_carries_the_backbones_tool_choice(backbone, tool_mode, expected):
-    from ark import build
-
     endpoint = ScriptedEndpoint()
     cfg = compose_cfg([f"backbone={backbone}", "backbone.model=openai/fake", f"backbone.tool_mode={tool_mode}",
                        "llm.cache=null"])
     with endpoint.serve() as server:
-        client = build.backbone(cfg).client(build.serving(cfg), api_base=server.url)
+        spec = build.spec(cfg)
+        client = spec.backbone.client(build.serving(spec), api_base=server.url)
         asyncio.run(LLMPolicy(client, toolbox()).session("x", 0).act([{"role": "user", "content": "Question: x"}], []))
     request = endpoint.requests[0]
     assert request.get("tool_choice") == expected and ("tools" in request) == (expected is not None)
@@ -325,7 +325,7 @@ def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
                 "backbone.model=openai/fake", f"backbone.api_base={server.url}", "backbone.api_key_env=null",
                 "retriever.params.stemmer=null", "eval.concurrency=1", "agent.n_agents=1", "agent.T_max=4",
                 f"llm.cache={tmp_path}/llm.sqlite", f"hydra.run.dir={tmp_path}/hydra"]
-        records = Run(cfg, "evaluate").dir / "records.jsonl"
+        records = Run(build.spec(cfg), "evaluate").dir / "records.jsonl"
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
         deadline = time.time() + 60
@@ -363,7 +363,6 @@ def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
 def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_trained_on():
     """backbone=qwen3-8b-student: the request names the LoRA module and carries the tools as text, exactly as
     ark.distill.sft rendered the teacher's (native) trajectories for training."""
-    from ark import build
     from ark.agent.prompt import system_prompt
     from ark.llm.protocol import chat_messages
 
@@ -373,7 +372,8 @@ def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_traine
     text_system = system_prompt(tools, cfg.agent.T_max, text_protocol=True)
     question = {"role": "user", "content": "Question: x"}
     with endpoint.serve() as server:
-        client = build.backbone(cfg).client(build.serving(cfg), api_base=server.url)
+        spec = build.spec(cfg)
+        client = spec.backbone.client(build.serving(spec), api_base=server.url)
         policy = LLMPolicy(client, tools)
         asyncio.run(policy.session("x", 0).act([{"role": "system", "content": text_system}, question], []))
     request = endpoint.requests[0]
@@ -483,7 +483,7 @@ def test_the_embedded_model_is_not_spread_over_workers(tiny_project):
 
     cfg = compose_cfg(tiny_project + ["backbone=local_smollm2", "eval.workers=2"])
     with pytest.raises(UserError, match="embedded model computes in one process"):
-        execute(cfg, "evaluate")
+        execute(build.spec(cfg), "evaluate")
 
 
 # ------------------------------------------------------------------ rules: a case read finding by finding

@@ -93,15 +93,15 @@ def test_the_interface_is_chosen_by_config_and_refuses_ablations_and_sampling(ti
 
     cfg = compose_cfg(tiny_project + ["agent=ark_v1", "backbone=rules"])
     build_index.run(cfg)
-    assert build.toolbox(cfg).toolset == "ark_v1"
+    assert build.toolbox(build.spec(cfg)).toolset == "ark_v1"
     with pytest.raises(UserError, match="use ablation=none"):
-        build.toolbox(compose_cfg(tiny_project + ["agent=ark_v1", "ablation=no_q"]))
+        build.toolbox(build.spec(compose_cfg(tiny_project + ["agent=ark_v1", "ablation=no_q"])))
     with pytest.raises(UserError, match="agent.toolset must be one of"):
-        build.toolbox(compose_cfg(tiny_project + ["+agent.toolset=v3"]))
+        build.toolbox(build.spec(compose_cfg(tiny_project + ["+agent.toolset=v3"])))
     with pytest.raises(UserError, match="deterministic"):
-        with agents(compose_cfg(tiny_project + ["agent=ark_v1", "backbone=rules_sampled"])):
+        with agents(build.spec(compose_cfg(tiny_project + ["agent=ark_v1", "backbone=rules_sampled"]))):
             pass
-    with agents(cfg) as a:
+    with agents(build.spec(cfg)) as a:
         record = a.one({"id": "q", "query": "Which disease has Arachnodactyly?"})
     assert record.ranking[:1] == [0]
 
@@ -109,6 +109,7 @@ def test_the_interface_is_chosen_by_config_and_refuses_ablations_and_sampling(ti
 def test_a_hosted_backbone_is_offered_the_ark_v1_tools_and_prompt(tiny_project):
     """The STaRK pipeline's way of running it (args: agent=ark_v1): an LLM backbone over the ARK-V1 tools, against
     a scripted fake endpoint (a test double)."""
+    from ark import build
     from ark.llm.fake import ScriptedEndpoint
     from ark.runs.execute import agents
     from ark.stages import build_index
@@ -129,7 +130,7 @@ def test_a_hosted_backbone_is_offered_the_ark_v1_tools_and_prompt(tiny_project):
                                           "backbone.model=openai/fake", f"backbone.api_base={server.url}",
                                           "backbone.api_key_env=null", "llm.cache=null"])
         build_index.run(cfg)
-        with agents(cfg) as a:
+        with agents(build.spec(cfg)) as a:
             record = a.one({"id": "q", "query": "Which finding is long slender fingers?"})
     first = endpoint.requests[0]
     assert [t["function"]["name"] for t in first["tools"]] == [

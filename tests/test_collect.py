@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ark.io import read_jsonl, write_jsonl
+from ark.build import spec
 from ark.runs.store import Run, load_run
 from tests.conftest import ROOT, compose_cfg
 
@@ -69,7 +70,7 @@ def test_collect_settings_are_its_identity(tiny_train):
     def name(*extra):
         from ark.stages.collect import collect_cfg
 
-        return Run(collect_cfg(compose_cfg(tiny_train + list(extra))), "collect").name
+        return Run(spec(collect_cfg(compose_cfg(tiny_train + list(extra)))), "collect").name
 
     base = name()
     assert "-train-rules-none-T20A3-" in base
@@ -79,7 +80,7 @@ def test_collect_settings_are_its_identity(tiny_train):
     assert len({base, *others}) == 7
     assert name("eval.concurrency=1", "split=test", "agent.n_agents=1", "backbone.temperature=0.1") == base
     # the rules backbone's own temperature is part of an evaluation's identity too
-    evaluate = [Run(compose_cfg(tiny_train + t), "evaluate").name for t in ([], ["backbone.temperature=0.5"])]
+    evaluate = [Run(spec(compose_cfg(tiny_train + t)), "evaluate").name for t in ([], ["backbone.temperature=0.5"])]
     assert evaluate[0] != evaluate[1]
 
 

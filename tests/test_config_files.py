@@ -47,9 +47,9 @@ def test_every_config_file_composes_and_builds(group, name):
     adapter = OmegaConf.select(cfg, "backbone.local.adapter")
     if adapter and not Path(adapter).is_dir():  # a student whose adapter this checkout has not trained or pulled
         with pytest.raises(UserError, match="no adapter directory"):
-            build.validate(cfg)
+            build.check_files(build.spec(cfg))
     else:
-        build.validate(cfg)
+        build.check_files(build.spec(cfg))
 
 
 def test_the_accelerate_config_is_one_accelerate_reads():
@@ -97,7 +97,7 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
         f.cache_clear()
     try:
         assert table_rows("table2")[-1] == name and row_settings(name)["label"] == "neighborhood without q and F"
-        ident = identity(experiment_config(name, "biokg", "synthetic", ()), "evaluate")
+        ident = identity(build.spec(experiment_config(name, "biokg", "synthetic", ())), "evaluate")
         assert ident["ablation"] == {"name": "no_q_no_f", "neighbors": True, "query_param": False,
                                      "type_filters": False}
         assert ident["split"] == "test-0.1" and ident["backbone"]["name"] == "rules_sampled"
@@ -125,4 +125,4 @@ def test_a_new_hosted_backbone_is_one_yaml_file(tmp_path, monkeypatch):
     cfg = compose([f"backbone={name}"])
     spec = BUILT["backbone"](cfg)
     assert isinstance(spec, HostedBackbone) and spec.model.startswith("mistral/") and not spec.text_protocol
-    build.validate(cfg)
+    build.spec(cfg)

@@ -25,7 +25,7 @@ def rules_run(tiny_project):
 def tools_of(cfg):
     from ark import build
 
-    return build.toolbox(cfg).schemas()
+    return build.toolbox(build.spec(cfg)).schemas()
 
 
 def test_labels_are_exactly_the_assistant_turns(rules_run, tokenizer):

@@ -119,7 +119,7 @@ def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
     import json
 
     import ark.llm.weights as weights
-    from ark.build import relevance
+    from ark.build import relevance, spec
     from ark.runs.identity import identity
     from tests.conftest import compose_cfg
 
@@ -129,11 +129,11 @@ def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
     (index_dir / "info.json").write_text(json.dumps({"retriever": "dense", "num_docs": 5, "settings": settings}))
     monkeypatch.setattr(weights, "cpu_has_bf16", lambda: True)  # this CPU would choose bf16
     cfg = compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}"])
-    loaded = relevance(cfg)
+    loaded = relevance(spec(cfg))
     assert loaded.bf16 is False and loaded.search("hepatitis", 1)[0].tolist() == [2]
-    assert identity(cfg, "evaluate")["retriever"] == settings
+    assert identity(spec(cfg), "evaluate")["retriever"] == settings
     with pytest.raises(UserError, match="was built with other retriever settings"):
-        relevance(compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}", "retriever.params.bf16=true"]))
+        relevance(spec(compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}", "retriever.params.bf16=true"])))
 
 
 @pytest.mark.parametrize("name, damage", [("ark_bm25.json", b'{"stopwords": '), ("params.index.json", b"\x00\x01"),

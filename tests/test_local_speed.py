@@ -11,6 +11,7 @@ import ark.llm.local as local_module
 import ark.llm.weights as weights
 from ark.agent.prompt import system_prompt, user_prompt
 from ark.llm.local import LocalChatModel, PrefixCache
+from ark.build import spec
 from ark.runs.identity import identity, identity_hash
 from ark.tools.toolbox import AnswerState, Toolbox
 from tests.conftest import compose_cfg
@@ -178,7 +179,7 @@ def test_auto_dtype_follows_the_cpu(monkeypatch):
 
 def test_run_identity_holds_the_resolved_dtype(monkeypatch):
     def ident(*overrides):
-        return identity(compose_cfg(["backbone=local_smollm2", *overrides]), "evaluate")
+        return identity(spec(compose_cfg(["backbone=local_smollm2", *overrides])), "evaluate")
 
     assert compose_cfg(["backbone=local_smollm2"]).backbone.local.dtype == "auto"
     for native, resolved in ((True, "bfloat16"), (False, "float32")):

@@ -350,11 +350,11 @@ def test_a_graph_cut_for_the_test_cases_refuses_the_validation_split(tmp_path):
     g.meta["excluded"] = {"source": {**source_identity(cases), "splits": ["test"], "split_fractions": [0.6, 0.2, 0.2]}}
     base = ["queries=phenopackets", f"queries.source={cases}", f"paths.data={tmp_path}/data"]
     with pytest.raises(UserError, match="test cases .* not those of split=val"):
-        build.queries(compose_cfg(base + ["split=val"]), g)
+        build.queries(build.spec(compose_cfg(base + ["split=val"])), g)
     with pytest.raises(UserError, match="not those of split=test with queries.split_fractions"):
-        build.queries(compose_cfg(base + ["split=test", "queries.split_fractions=[0.5,0.25,0.25]"]), g)
+        build.queries(build.spec(compose_cfg(base + ["split=test", "queries.split_fractions=[0.5,0.25,0.25]"])), g)
     with pytest.raises(UserError, match="no queries|no query file|not found|No such"):  # the cut fits: on to the file
-        build.queries(compose_cfg(base + ["split=test"]), g)
+        build.queries(build.spec(compose_cfg(base + ["split=test"])), g)
 
 
 def test_the_lpo_table_counts_the_answerable_cases_of_the_split_each_graph_was_cut_for(tmp_path):

@@ -52,8 +52,11 @@ def test_the_stage_ranks_only_the_cases_of_a_phenopacket_query_set(tiny_project)
 
 
 def test_its_runs_are_named_and_tagged_as_hpo():
+    from ark.build import spec
+    from ark.runs.store import Run
     from ark.tracking import run_labels
     from tests.conftest import compose_cfg
 
-    name, tags = run_labels(compose_cfg(["dataset=biokg_lpo", "queries=phenopackets_gene"]), "hpo_baseline")
+    cfg = compose_cfg(["dataset=biokg_lpo", "queries=phenopackets_gene"])
+    name, tags = run_labels({}, "hpo_baseline", Run(spec(cfg), "hpo_baseline"))  # as the stage starts its W&B run
     assert name.startswith("biokg_lpo-phenopackets_gene-test-hpo-") and tags[-1] == "hpo_baseline"

@@ -65,14 +65,15 @@ def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
 
 def test_run_stages_identity_settings_are_params():
     """Every setting in a run stage's identity is tracked: groups as params files, scalars as config.yaml keys."""
-    from ark.runs.identity import STAGE_SETTINGS, config_groups
+    from ark.build import RUN_STAGES
+    from ark.runs.identity import config_groups, identity_fields
 
     for name, cmd, deps, params in dvc_stages():
         stage = name.split("@")[0]
-        if stage not in STAGE_SETTINGS:
+        if stage not in RUN_STAGES:
             continue
         tracked = set(params.get("conf/config.yaml") or [])
-        for key in STAGE_SETTINGS[stage]:
+        for key in (f.metadata["key"] or f.name for f in identity_fields(stage)):
             if key in config_groups(stage):
                 assert any(p.startswith(f"conf/{key}/") for p in params) or f"conf/{key}" in deps, \
                     f"{name}: group {key} not tracked"

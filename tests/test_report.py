@@ -31,6 +31,7 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     """Table 5's rows are the runs whose stored settings are what conf/experiment/table5/*.yaml compose to (the
     student's adapter by its content), BM25's the baseline run its row file composes to."""
     from ark.report.runs import experiment_config
+    from ark.build import spec
     from ark.runs.identity import identity
 
     monkeypatch.chdir(tmp_path)  # the student rows name their adapter relative to the project root
@@ -41,7 +42,7 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     (tmp_path / "distill" / "embedded" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
 
     def row(experiment: str, stage: str = "evaluate", **change) -> dict:
-        config = identity(experiment_config(experiment, "biokg", "synthetic", ()), stage)
+        config = identity(spec(experiment_config(experiment, "biokg", "synthetic", ())), stage)
         for key, value in change.items():
             config["agent" if key in ("T_max", "n_agents") else key][key] = value
         return config
@@ -77,11 +78,12 @@ def fake_run(config: dict, **metrics) -> RunData:
 
 def test_stark_tables_put_ours_beside_the_papers_numbers():
     """A paper row's cells are the runs of our row file that names it (conf/experiment/stark/<table>/), by identity."""
+    from ark.build import spec
     from ark.report.runs import experiment_config
     from ark.runs.identity import identity
 
     def stark_identity(experiment: str, dataset: str, stage: str = "evaluate") -> dict:
-        return identity(experiment_config(experiment, dataset, "stark", ()), stage)
+        return identity(spec(experiment_config(experiment, dataset, "stark", ())), stage)
 
     paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "version": "v2",
               "source": "arXiv x v2"}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ark.build import spec
 from ark.runs.identity import identity
 from ark.runs.store import Run, load_run
 from tests.conftest import ROOT, compose_cfg
@@ -30,7 +31,7 @@ NOT_RESULT_AFFECTING = ["eval.concurrency=1", "subset_seed=1", "logger=none", "l
 
 
 def run_name(overrides, stage="evaluate"):
-    return Run(compose_cfg(["backbone=local_smollm2", *overrides]), stage).name
+    return Run(spec(compose_cfg(["backbone=local_smollm2", *overrides])), stage).name
 
 
 def test_each_result_affecting_setting_gets_its_own_run_directory():
@@ -45,7 +46,7 @@ def test_runtime_settings_keep_the_same_run():
     dense = run_name(["retriever=dense", nowhere])
     assert run_name(["retriever=dense", nowhere, "retriever.params.batch_size=8"]) == dense
     assert run_name(["retriever=dense", nowhere, "retriever.params.reuse=/elsewhere"]) == dense
-    other = "false" if "bf16': True" in str(identity(compose_cfg(["retriever=dense", nowhere]), "evaluate")) else "true"
+    other = "false" if "bf16': True" in str(identity(spec(compose_cfg(["retriever=dense", nowhere])), "evaluate")) else "true"
     assert run_name(["retriever=dense", nowhere, f"retriever.params.bf16={other}"]) != dense
     # a subset's seed matters only for a fractional split
     assert run_name(["split=test-0.1", "subset_seed=1"]) != run_name(["split=test-0.1"])
@@ -125,7 +126,7 @@ def test_stored_config_is_the_identity_and_a_rerun_resumes(tiny_rules):
     cfg = rules_cfg(tiny_rules)
     first = evaluate.run(cfg)
     config, _ = load_run(first["run_dir"])
-    assert config == identity(cfg, "evaluate") and config["backbone"]["name"] == "rules"
+    assert config == identity(spec(cfg), "evaluate") and config["backbone"]["name"] == "rules"
     again = evaluate.run(rules_cfg(tiny_rules, "eval.concurrency=1"))
     assert again["run_dir"] == first["run_dir"] and again["hit@1"] == first["hit@1"]
 
@@ -173,9 +174,9 @@ def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_
     with failing.serve() as server:
         out = _evaluate(tiny_rules, tmp_path, server.url)
         port = server.socket.getsockname()[1]
-        run_dir = Run(compose_cfg(tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake",
-                                                f"backbone.api_base={server.url}", "retriever.params.stemmer=null",
-                                                "agent.n_agents=1", "agent.T_max=3"]), "evaluate").dir
+        run_dir = Run(spec(compose_cfg(tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake",
+                                                     f"backbone.api_base={server.url}", "retriever.params.stemmer=null",
+                                                     "agent.n_agents=1", "agent.T_max=3"])), "evaluate").dir
     assert out.returncode == 1, out.stderr[-1000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("incomplete: 3 of 3 queries are incomplete") and "Traceback" not in out.stderr
@@ -277,10 +278,10 @@ def test_a_leave_publication_out_graph_refuses_queries_from_another_source(tmp_p
     graph = tiny_graph()
     graph.meta["excluded"] = {"source": source_identity(left_out)}
     with pytest.raises(UserError, match="leaves out the publications of release-a.jsonl"):
-        build.queries(compose_cfg(["queries=phenopackets", f"queries.source={other}"]), graph)
+        build.queries(build.spec(compose_cfg(["queries=phenopackets", f"queries.source={other}"])), graph)
     with pytest.raises(UserError, match="no query file"):  # the same source passes the check
-        build.queries(compose_cfg(["queries=phenopackets", f"queries.source={left_out}",
-                                   f"paths.data={tmp_path}"]), graph)
+        build.queries(build.spec(compose_cfg(["queries=phenopackets", f"queries.source={left_out}",
+                                              f"paths.data={tmp_path}"])), graph)
 
 
 # ------------------------------------------------------------------ damage and concurrency
@@ -312,7 +313,7 @@ def test_a_second_process_on_an_open_run_refuses_at_once(tiny_rules, tmp_path):
     from ark.stages import evaluate
 
     cfg = rules_cfg(tiny_rules)
-    run_dir = Run(cfg, "evaluate").dir
+    run_dir = Run(spec(cfg), "evaluate").dir
     run_dir.mkdir(parents=True)
     with open(run_dir / ".lock", "w") as held:  # another process has the run open
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)

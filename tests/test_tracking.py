@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ark.runs.store import query_rows
 from tests.conftest import ROOT, compose_cfg
 
 CANARY = "sk-canary-7f3a9c2e51d04b68"
@@ -53,27 +54,28 @@ def no_hydra_config():
     HydraConfig.instance().cfg = None  # an in-process multirun leaves its last job's config behind
 
 
-def start(cfg, stage, **kwargs) -> FakeRun:
+def start(cfg, stage, run=None) -> FakeRun:
     from ark.tracking import stage_run
 
-    with stage_run(cfg, stage, **kwargs) as run:
+    with stage_run(cfg, stage, run) as run:
         return run
 
 
 def test_runs_with_an_identity_are_named_and_tagged_like_their_run_directory(runs):
+    from ark.build import spec
     from ark.runs.store import Run
     from ark.stages.collect import collect_cfg
 
     cfg = compose_cfg(["backbone=gpt-4o", "logger=wandb", "agent.T_max=4", "agent.n_agents=2"])
-    run = start(cfg, "evaluate").kwargs
-    assert run["name"] == Run(cfg, "evaluate").name
+    run = start(cfg, "evaluate", Run(spec(cfg), "evaluate")).kwargs
+    assert run["name"] == Run(spec(cfg), "evaluate").name
     assert run["name"].startswith("biokg-synthetic-test-gpt-4o-none-T4A2-")
     assert run["tags"] == ["biokg", "synthetic", "test", "bm25", "gpt-4o", "none", "T4", "A2"]
     assert run["job_type"] == "evaluate" and run["group"] is None and run["mode"] == "disabled"
-    run = start(cfg, "baseline").kwargs
-    assert run["name"] == Run(cfg, "baseline").name and run["tags"] == ["biokg", "synthetic", "test", "bm25"]
-    run = start(cfg, "collect", identity_cfg=collect_cfg(cfg)).kwargs  # as ark.stages.collect.main starts it
-    assert run["name"] == Run(collect_cfg(cfg), "collect").name and run["name"].split("-")[2] == cfg.collect.split
+    run = start(cfg, "baseline", Run(spec(cfg), "baseline")).kwargs
+    assert run["name"] == Run(spec(cfg), "baseline").name and run["tags"] == ["biokg", "synthetic", "test", "bm25"]
+    run = start(cfg, "collect", Run(spec(collect_cfg(cfg)), "collect")).kwargs  # as ark.stages.collect.main starts it
+    assert run["name"] == Run(spec(collect_cfg(cfg)), "collect").name and run["name"].split("-")[2] == cfg.collect.split
 
 
 def test_other_stages_are_named_after_what_they_build(runs):
@@ -95,11 +97,13 @@ def multirun(monkeypatch, tmp_path, *overrides):
     """Run a Hydra ``--multirun`` over conf/ in this process; each job starts an evaluate W&B run."""
     import hydra
 
+    from ark.build import spec
+    from ark.runs.store import Run
     from ark.tracking import stage_run
 
     @hydra.main(version_base="1.3", config_path=str(ROOT / "conf"), config_name="config")
     def job(cfg):
-        with stage_run(cfg, "evaluate"):
+        with stage_run(cfg, "evaluate", Run(spec(cfg), "evaluate")):  # as ark.stages.evaluate.main starts it
             pass
 
     monkeypatch.setattr(sys, "argv", ["evaluate", "--multirun", "backbone=gpt-4o", f"paths.logs={tmp_path}",
@@ -124,7 +128,7 @@ def test_logger_none_starts_no_run_and_a_failed_stage_is_marked_failed(runs):
 
     with stage_run(compose_cfg(["logger=none"]), "evaluate") as run:
         log_summary(run, {"hit@1": 1.0})
-        log_queries(run, "/nonexistent")
+        log_queries(run, lambda: query_rows("/nonexistent"))  # not read with logging off
         log_files(run, [Path("/nonexistent.csv")], [])
     assert runs == []
     with pytest.raises(RuntimeError), stage_run(compose_cfg(["logger=wandb"]), "baseline"):
@@ -158,7 +162,7 @@ def test_the_per_query_table_has_one_row_per_query(runs, tmp_path):
     from ark.tracking import log_queries
 
     run = start(compose_cfg(["logger=wandb"]), "evaluate")
-    log_queries(run, scored_run_dir(tmp_path))
+    log_queries(run, lambda: query_rows(scored_run_dir(tmp_path)))
     table = run.logged[0]["queries"]
     assert isinstance(table, wandb.Table) and len(table.data) == 3
     assert table.columns == ["query_id", "query", "hit@1", "hit@5", "recall@20", "mrr", "complete", "steps",
@@ -204,7 +208,7 @@ def test_no_secret_reaches_wandb_offline(tmp_path, monkeypatch):
     (tmp_path / "t.csv").write_text("a\n1\n")
     with stage_run(cfg, "evaluate") as run:
         log_summary(run, {"hit@1": 0.5, "note": f"Bearer {CANARY}"})
-        log_queries(run, scored_run_dir(tmp_path))
+        log_queries(run, lambda: query_rows(scored_run_dir(tmp_path)))
         log_files(run, [tmp_path / "t.csv"], [])
     written = [p for p in (tmp_path / "logs" / "wandb").rglob("*") if p.is_file()]
     blob = b"".join(p.read_bytes() for p in written)

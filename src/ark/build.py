@@ -1,6 +1,7 @@
-"""Config -> the objects a run uses, in one place: graph, relevance, toolbox, queries, backbone and policy. A kind
-of thing is a class named by its config's ``_target_`` (``ark.config.make``), never a chain of ifs.
-Used by the run engine (``ark.runs.execute``) and the stages.
+"""Config -> the run spec -> the objects a run uses, in one place. ``spec(cfg)`` is the one reader of the composed
+config below the stage entry points and the CLI: it checks every value (one ``UserError`` line, before any work)
+and returns a ``RunSpec`` of plain data and typed settings; everything below takes the spec. A kind of thing is a
+class named by its config's ``_target_`` (``ark.config.make``), never a chain of ifs.
 
 Adding a graph: a ``conf/dataset/<name>.yaml`` whose ``_target_`` is its source class (``ark.data``; the data
 stages build it with ``ark.config.make``).
@@ -8,8 +9,8 @@ Adding a backbone: a ``conf/backbone/<name>.yaml`` whose ``_target_`` is one of 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,26 +24,61 @@ from ark.settings import AgentSettings, EvalSettings, Limits, check_int, check_n
 if TYPE_CHECKING:
     from ark.agent.runner import AgentConfig
 
+RUN_STAGES = ("baseline", "hpo_baseline", "evaluate", "collect")  # the stages whose runs have an identity
+AGENT_RUNS = ("evaluate", "collect")
+
+
+def identity_of(stages: tuple[str, ...], key: str | None = None, drop: tuple[str, ...] = (), keep_none: bool = False,
+                group: bool = True):
+    """A ``RunSpec`` field that is part of the run identity of ``stages`` (``ark.runs.identity``): the config's
+    resolved value at ``key`` (default: the field's name), without the ``drop`` keys (where this checkout keeps
+    things, how a server is reached); left out when null unless ``keep_none``. ``group``: a config group (a params
+    file in dvc.yaml), not a single value."""
+    return field(metadata={"identity": stages, "key": key, "drop": frozenset(drop), "keep_none": keep_none,
+                           "group": group})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run reads from the config, checked (``spec(cfg)``). The fields made with ``identity_of`` are
+    its identity; the rest say how this machine carries it out and cannot change a result."""
+
+    dataset: dict = identity_of(RUN_STAGES, drop=("raw_dir", "graph_dir", "index_dir", "queries_dir", "root"))
+    queries: dict = identity_of(RUN_STAGES, drop=("qa_dir",))
+    retriever: dict = identity_of(("baseline", "evaluate", "collect"))
+    split: str = identity_of(RUN_STAGES, group=False)
+    subset_seed: int = identity_of(RUN_STAGES, group=False)  # only where the split is a seeded fraction
+    # collect's query limit is its budget (collect.budget, ark.stages.collect)
+    eval: EvalSettings = identity_of(("baseline", "hpo_baseline", "evaluate"), key="eval.limit", keep_none=True,
+                                     group=False)
+    baseline_depth: int = identity_of(("baseline", "hpo_baseline"), key="baseline.depth", group=False)
+    collect: dict = identity_of(("collect",))
+    backbone: object = identity_of(AGENT_RUNS, drop=("api_base", "api_key_env"))  # a class of ark.agent.backbones
+    prompt: str = identity_of(AGENT_RUNS)
+    agent: AgentSettings = identity_of(AGENT_RUNS)
+    ablation: dict = identity_of(AGENT_RUNS)
+    seed: int = identity_of(AGENT_RUNS, keep_none=True, group=False)
+    limits: Limits = None
+    retry: RetryPolicy = None
+    metrics: tuple = ()
+    llm: dict = field(default_factory=dict)  # response cache and the embedded server's limits
+    paths: dict = field(default_factory=dict)
+    run: dict = field(default_factory=dict)  # where run directories go (root) and are published (publish)
+    cpu_threads: int | None = None
+    config: dict = field(default_factory=dict, repr=False)  # the resolved config: the identity's values
+
+    @property
+    def index_dir(self) -> str:
+        return self.dataset["index_dir"]
 
 
 _ABSENT = object()
 REQUIRED = ("collect.trajectories", "collect.budget", "baseline.depth", "seed", "subset_seed", "split", "metrics")
 
 
-def settings(cfg: DictConfig) -> tuple[AgentSettings, EvalSettings, Limits, RetryPolicy]:
-    """The typed settings (``ark.settings``) of ``cfg``'s agent, eval, limits and retry groups, each checked."""
-    groups = {g: OmegaConf.to_container(OmegaConf.select(cfg, g, default={}) or {}, resolve=True)
-              for g in ("agent", "eval", "limits", "llm.retry")}
-    agent = from_mapping(AgentSettings, "agent", groups["agent"])
-    limits = from_mapping(Limits, "limits", groups["limits"])
-    agent.check_limits(limits)
-    return agent, from_mapping(EvalSettings, "eval", groups["eval"]), limits, from_mapping(
-        RetryPolicy, "llm.retry", groups["llm.retry"])
-
-
-def validate(cfg: DictConfig) -> None:
-    """Config values checked before any work (one clear error, nothing written): the typed settings, the backbone
-    (its class checks its own fields), and the top-level keys below."""
+def spec(cfg: DictConfig) -> RunSpec:
+    """The run spec of the composed config ``cfg``, every value checked before any work (one clear error, nothing
+    written): the typed settings, the backbone (its class checks its own fields) and the keys below."""
     from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
@@ -51,66 +87,88 @@ def validate(cfg: DictConfig) -> None:
     if missing:
         raise UserError(f"{', '.join(missing)}: missing from the config (removed by an override?); every run needs "
                         "a value")
-    for name, value in (("collect.trajectories", cfg.collect.trajectories), ("baseline.depth", cfg.baseline.depth)):
+    config = resolved(cfg)
+    config.pop("hydra", None)
+    collect, baseline = config["collect"], config["baseline"]
+    for name, value in (("collect.trajectories", collect["trajectories"]), ("baseline.depth", baseline["depth"])):
         check_int(name, value)  # first: collect sets agent.n_agents and eval.limit from these two
-    check_int("collect.budget", cfg.collect.budget, least=0, none=True)
-    _, evaluation, _, _ = settings(cfg)
-    backbone(cfg)
+    check_int("collect.budget", collect["budget"], least=0, none=True)
+    group = {g: config.get(g) or {} for g in ("agent", "eval", "limits")}
+    agent = from_mapping(AgentSettings, "agent", group["agent"])
+    limits = from_mapping(Limits, "limits", group["limits"])
+    agent.check_limits(limits)
+    evaluation = from_mapping(EvalSettings, "eval", group["eval"])
+    retry = from_mapping(RetryPolicy, "llm.retry", (config.get("llm") or {}).get("retry") or {})
+    backbone = make(cfg.backbone, "backbone")
     for name in ("seed", "subset_seed"):
-        check_int(name, cfg[name], least=0)
-    check_number("collect.temperature", OmegaConf.select(cfg, "collect.temperature"), none=True)
+        check_int(name, config[name], least=0)
+    check_number("collect.temperature", collect.get("temperature"), none=True)
     ledger = evaluation.spend_ledger
     if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
         raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
-    check_prompt(cfg.prompt.name)
-    parse_split(cfg.split)
-    if not OmegaConf.is_list(cfg.metrics) or not cfg.metrics or not all(isinstance(m, str) for m in cfg.metrics):
-        raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {cfg.metrics!r}")
-    for metric in cfg.metrics:
+    prompt = config["prompt"]["name"]
+    check_prompt(prompt)
+    parse_split(config["split"])
+    metrics = config["metrics"]
+    if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
+        raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {metrics!r}")
+    for metric in metrics:
         parse_metric(metric)
-    adapter = OmegaConf.select(cfg, "backbone.local.adapter")
+    llm = config.get("llm") or {}
+    return RunSpec(dataset=config["dataset"], queries=config["queries"], retriever=config["retriever"],
+                   split=config["split"], subset_seed=config["subset_seed"], eval=evaluation,
+                   baseline_depth=baseline["depth"], collect=collect, backbone=backbone, prompt=prompt, agent=agent,
+                   ablation=config["ablation"], seed=config["seed"], limits=limits, retry=retry,
+                   metrics=tuple(metrics), llm=llm, paths=config.get("paths") or {}, run=config.get("run") or {},
+                   cpu_threads=config.get("cpu_threads"), config=config)
+
+
+def check_files(spec: RunSpec) -> None:
+    """The files an agent run of ``spec`` reads or writes besides its data, checked before any work: the student's
+    adapter, the LLM response cache."""
+    adapter = (spec.config["backbone"].get("local") or {}).get("adapter")
     if adapter and not Path(adapter).is_dir():
         raise UserError(f"backbone.local.adapter: no adapter directory at {adapter}")
-    if cfg.backbone.get("kind") != "rules" and cfg.llm.get("cache"):
+    if spec.backbone.kind != "rules" and spec.llm.get("cache"):
         from ark.llm.cache import check_cache_file
 
-        check_cache_file(cfg.llm.cache)
+        check_cache_file(spec.llm["cache"])
 
 
-def graph(cfg: DictConfig):
+def graph(spec: RunSpec):
     from ark.graph import load_graph
 
-    return load_graph(cfg.dataset)
+    return load_graph(spec.dataset)
 
 
-def relevance(cfg: DictConfig):
-    """The index in ``dataset.index_dir``, which must have been built with ``cfg.retriever``'s settings."""
+def relevance(spec: RunSpec):
+    """The index in ``dataset.index_dir``, which must have been built with the spec's retriever settings."""
     from ark.index import built_settings, index_settings
 
-    wanted = index_settings(resolved(cfg.retriever), cfg.dataset.index_dir)
-    built = built_settings(cfg.dataset.index_dir) or wanted
+    wanted = index_settings(spec.retriever, spec.index_dir)
+    built = built_settings(spec.index_dir) or wanted
     if built != wanted:
-        raise UserError(f"the index at {cfg.dataset.index_dir} was built with other retriever settings than "
+        raise UserError(f"the index at {spec.index_dir} was built with other retriever settings than "
                         f"{wanted}; rebuild it (build_index) with these settings")
-    return make(cfg.retriever, "retriever").load(cfg.dataset.index_dir)
+    return make(spec.retriever, "retriever").load(spec.index_dir)
 
 
-def toolbox(cfg: DictConfig):
+def toolbox(spec: RunSpec):
     """The agent's tools: ARK's (``agent.toolset: ark``, the default) or ARK-V1's (``ark_v1``)."""
     from ark.tools.ark_v1 import ArkV1Toolbox
     from ark.tools.toolbox import ToolConfig, Toolbox
 
     toolsets = {cls.toolset: cls for cls in (Toolbox, ArkV1Toolbox)}  # agent.toolset -> the class
-    name = cfg.agent.get("toolset", "ark")
+    name = spec.agent.toolset
     if name not in toolsets:
         raise UserError(f"agent.toolset must be one of {', '.join(toolsets)}, got {name!r}")
-    if name != "ark" and cfg.ablation.name != "none":
-        raise UserError(f"ablation={cfg.ablation.name} removes parts of ARK's tools; agent.toolset={name} has "
+    if name != "ark" and spec.ablation["name"] != "none":
+        raise UserError(f"ablation={spec.ablation['name']} removes parts of ARK's tools; agent.toolset={name} has "
                         "its own: use ablation=none")
-    return toolsets[name](graph(cfg), relevance(cfg), ToolConfig.from_cfg(cfg.ablation, cfg.agent))
+    return toolsets[name](graph(spec), relevance(spec), ToolConfig.from_cfg(spec.ablation, spec.agent))
 
 
-def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
+def queries(spec: RunSpec, graph, labels: bool = True) -> list[dict]:
     """The configured split, its first ``eval.limit`` rows, each checked: id, text, gold ids in the graph.
     ``labels=False`` (label-free collection): only id and text are kept as the rows are read; gold ids and the
     generator's metadata are never looked at.
@@ -120,32 +178,34 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
     from ark.data.queries import brief, load_queries
 
     left_out = (graph.meta.get("excluded") or {}).get("source")
-    source = cfg.queries.get("source")
+    source = spec.queries.get("source")
+    fractions_wanted = spec.queries.get("split_fractions")
     if left_out and source:
         from ark.data.phenopackets import source_identity
         from ark.data.queries import parse_split
 
         if source_identity(source) != {k: left_out[k] for k in ("file", "sha256")}:
-            raise UserError(f"{cfg.dataset.name} leaves out the publications of {left_out['file']} "
+            raise UserError(f"{spec.dataset['name']} leaves out the publications of {left_out['file']} "
                             f"(sha256 {str(left_out['sha256'])[:12]}…), but queries.source is {source}: rebuild "
                             "the graph with dataset.exclude_publications_of set to it")
         splits, fractions = left_out.get("splits"), left_out.get("split_fractions")
-        if splits is not None and (parse_split(cfg.split)[0] not in splits or [
-                float(f) for f in cfg.queries.get("split_fractions") or ()] != fractions):
-            raise UserError(f"{cfg.dataset.name} leaves out the publications of the {'/'.join(splits)} cases "
-                            f"(split_fractions {fractions}), not those of split={cfg.split} with "
-                            f"queries.split_fractions {list(cfg.queries.get('split_fractions') or ())}: use a "
+        if splits is not None and (parse_split(spec.split)[0] not in splits or [
+                float(f) for f in fractions_wanted or ()] != fractions):
+            raise UserError(f"{spec.dataset['name']} leaves out the publications of the {'/'.join(splits)} cases "
+                            f"(split_fractions {fractions}), not those of split={spec.split} with "
+                            f"queries.split_fractions {list(fractions_wanted or ())}: use a "
                             "graph cut for this split (dataset.exclude_splits)")
     num_nodes = graph.num_nodes
-    rows = load_queries(cfg.dataset.queries_dir, cfg.split, cfg.subset_seed)
+    queries_dir = spec.dataset["queries_dir"]
+    rows = load_queries(queries_dir, spec.split, spec.subset_seed)
     if not labels:
         rows = [{k: q[k] for k in ("id", "query") if k in q} for q in rows]
-    if cfg.eval.limit is not None:
-        rows = rows[: cfg.eval.limit]
+    if spec.eval.limit is not None:
+        rows = rows[: spec.eval.limit]
     if not rows:
-        raise UserError(f"no queries in {cfg.dataset.queries_dir}/{cfg.split}.jsonl")
-    seen, path, query_chars = set(), f"{cfg.dataset.queries_dir}/{cfg.split}.jsonl", cfg.limits.query_chars
-    for i, q in enumerate(rows, 1):  # config values read once: each read of an interpolated key parses it again
+        raise UserError(f"no queries in {queries_dir}/{spec.split}.jsonl")
+    seen, path, query_chars = set(), f"{queries_dir}/{spec.split}.jsonl", spec.limits.query_chars
+    for i, q in enumerate(rows, 1):
         where = f"{path} row {i}"
         if not isinstance(q.get("id"), str) or not isinstance(q.get("query"), str) or not q["query"].strip():
             raise UserError(f"{where}: needs a string 'id' and a non-empty string 'query'")
@@ -164,48 +224,41 @@ def queries(cfg: DictConfig, graph, labels: bool = True) -> list[dict]:
     return rows
 
 
-def backbone(cfg: DictConfig):
-    """``cfg.backbone`` as its class (``ark.agent.backbones``)."""
-    return make(cfg.backbone, "backbone")
-
-
-def serving(cfg: DictConfig, run_name: str = "", run_ledger: str | None = None):
+def serving(spec: RunSpec, run_name: str = "", run_ledger: str | None = None):
     """How this machine reaches models; ``run_name`` and ``run_ledger``: the run the calls are for and its own spend
     ledger (the run engine's, ``eval.max_cost_usd``)."""
     from ark.agent.backbones import Serving
 
-    _, _, _, retry = settings(cfg)
-    return Serving(cache=cfg.llm.cache or None, cache_base=cfg.llm.get("cache_base"), retry=retry,
-                   models_dir=cfg.paths.models, threads=cfg.cpu_threads,
-                   server=OmegaConf.to_container(cfg.llm.get("server") or {}),
-                   caps=spending_caps(cfg, run_ledger), run=run_name,
-                   agents_in_flight=OmegaConf.select(cfg, "eval.concurrency", default=8) * cfg.agent.n_agents)
+    return Serving(cache=spec.llm.get("cache") or None, cache_base=spec.llm.get("cache_base"), retry=spec.retry,
+                   models_dir=spec.paths.get("models"), threads=spec.cpu_threads,
+                   server=dict(spec.llm.get("server") or {}), caps=spending_caps(spec, run_ledger), run=run_name,
+                   agents_in_flight=spec.eval.concurrency * spec.agent.n_agents)
 
 
-def spending_caps(cfg: DictConfig, run_ledger: str | None = None) -> tuple:
+def spending_caps(spec: RunSpec, run_ledger: str | None = None) -> tuple:
     """(ledger file, cap in USD, its name) of each spending cap on a run's model calls (``ark.llm.spending``):
     ``eval.max_cost_usd`` on the run's own ledger (``run_ledger``, given by the run engine), and the shared
     ``eval.spend_ledger`` (capped by ``eval.max_total_cost_usd``, else only summed)."""
-    e = cfg.eval
+    e = spec.eval
     caps = []
-    if e.get("max_cost_usd") is not None and run_ledger:
+    if e.max_cost_usd is not None and run_ledger:
         caps.append((str(run_ledger), float(e.max_cost_usd), "eval.max_cost_usd"))
-    if e.get("spend_ledger"):
-        total = e.get("max_total_cost_usd")
+    if e.spend_ledger:
+        total = e.max_total_cost_usd
         caps.append((str(e.spend_ledger), float("inf") if total is None else float(total), "eval.max_total_cost_usd"))
     return tuple(caps)
 
 
-def agent_config(cfg: DictConfig, spec) -> "AgentConfig":
-    """How the agents run (``cfg.agent``, the seed, the prompt, and the tool protocol of ``spec``, the backbone)."""
+def agent_config(spec: RunSpec) -> "AgentConfig":
+    """How the agents run (the agent settings, the seed, the prompt, and the backbone's tool protocol)."""
     from ark.agent.runner import AgentConfig
 
-    a = cfg.agent
-    return AgentConfig(n_agents=a.n_agents, T_max=a.T_max, aggregation=a.aggregation, seed=cfg.seed,
-                       prompt=cfg.prompt.name, text_protocol=spec.text_protocol, idle_limit=a.get("idle_limit"))
+    a = spec.agent
+    return AgentConfig(n_agents=a.n_agents, T_max=a.T_max, aggregation=a.aggregation, seed=spec.seed,
+                       prompt=spec.prompt, text_protocol=spec.backbone.text_protocol, idle_limit=a.idle_limit)
 
 
-def policy(cfg: DictConfig, tools, spec, run_name: str = "", run_ledger: str | None = None):
-    """The policy of ``spec`` (``backbone(cfg)``) for the duration of a block (``policy.client``: its LLM client or
-    None); ``run_name``, ``run_ledger``: as ``serving``."""
-    return spec.policy(tools, cfg.seed, serving(cfg, run_name, run_ledger))
+def policy(spec: RunSpec, tools, run_name: str = "", run_ledger: str | None = None):
+    """The policy of the spec's backbone for the duration of a block (``policy.client``: its LLM client or None);
+    ``run_name``, ``run_ledger``: as ``serving``."""
+    return spec.backbone.policy(tools, spec.seed, serving(spec, run_name, run_ledger))

@@ -41,10 +41,11 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     from ark.runs.execute import agents
 
     cfg = compose(overrides)
-    build.validate(cfg)
+    spec = build.spec(cfg)
+    build.check_files(spec)
     print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
           file=out)
-    with agents(cfg) as a:
+    with agents(spec) as a:
         g = a.tools.graph
         record = a.one({"id": "ask", "query": question}, printer(g, max_lines, out))
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
@@ -65,12 +66,12 @@ def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
 
     out = out or sys.stdout
     cfg = compose(overrides)
-    build.validate(cfg)
-    total = len(build.queries(cfg, build.graph(cfg)))
+    spec = build.spec(cfg)
+    total = len(build.queries(spec, build.graph(spec)))
     with tempfile.TemporaryDirectory(prefix="ark-estimate-") as tmp:
         trial = compose([*overrides, f"eval.limit={min(first, total)}", f"run.root={tmp}/runs", "run.publish=null",
                          "logger=none", f"paths.logs={tmp}/logs"])
-        result = execute(trial, "evaluate")
+        result = execute(build.spec(trial), "evaluate")
     n, cost = result["n_queries"], result.get("cost_usd", 0.0)
     per_query = cost / n
     whole = per_query * total

@@ -1,6 +1,6 @@
 """Typed settings: the groups of the config a run reads, each a dataclass that checks its own values when it is made
 (one ``UserError`` line naming the key), and the checks every settings class uses (the backbones in
-``ark.agent.backbones`` and ``ark.llm.settings``, the retry policy). ``ark.build.settings`` makes them from the
+``ark.agent.backbones`` and ``ark.llm.settings``, the retry policy). ``ark.build.spec`` makes them from the
 composed config before any work, so a bad value never starts a run."""
 from __future__ import annotations
 

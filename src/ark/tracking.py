@@ -5,7 +5,7 @@
 What a stage's W&B run carries:
 
 - name: a stage with a run identity (baseline, evaluate, collect) is named like its run directory,
-  ``run_name(identity(cfg, stage))`` (readable name + hash); any other stage ``<stage>-<dataset>[-…]``
+  ``Run(spec, stage).name`` (readable name + hash); any other stage ``<stage>-<dataset>[-…]``
   (``NAME_PARTS``). job_type: the stage.
 - tags: dataset, queries, split, retriever and, for agent runs, backbone, ablation, ``T<T_max>``, ``A<n_agents>``
   (for other stages the parts of their name).
@@ -28,8 +28,7 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
+from ark.config import resolved
 from ark.secrets import MARKER, known_keys, scrub, scrub_urls
 
 NAME_PARTS = {  # stages without a run identity: the config groups whose names follow the stage in its name
@@ -53,26 +52,19 @@ class _NoRun:
         pass
 
 
-def run_labels(cfg, stage: str, identity_cfg=None) -> tuple[str, list[str]]:
-    """(W&B run name, tags) of ``stage``; ``identity_cfg``: the config the stage's run identity is computed
-    from where that is not ``cfg`` (collect: ``collect_cfg(cfg)``)."""
-    from ark.runs.identity import STAGE_SETTINGS, identity, run_name
-
-    ident = None
-    if stage in STAGE_SETTINGS:
-        try:
-            ident = identity(cfg if identity_cfg is None else identity_cfg, stage)
-        except Exception:  # noqa: BLE001  (a bad config: the stage itself says what is wrong, not W&B)
-            pass
-    if ident is not None:
+def run_labels(config: dict, stage: str, run=None) -> tuple[str, list[str]]:
+    """(W&B run name, tags) of ``stage``; ``config``: its resolved config; ``run``: the run directory
+    (``ark.runs.store.Run``) of a stage whose runs have an identity."""
+    if run is not None:
+        ident = run.identity
         tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
         tags += [ident["retriever"]["name"]] if "retriever" in ident else [stage]
         if "agent" in ident:
             a = ident["agent"]
             tags += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}", f"A{a['n_agents']}"]
-        name = run_name(ident)
+        name = run.name
     else:
-        tags = [OmegaConf.select(cfg, f"{group}.name") for group in NAME_PARTS.get(stage, ("dataset",))]
+        tags = [(config.get(group) or {}).get("name") for group in NAME_PARTS.get(stage, ("dataset",))]
         tags = [str(t) for t in tags if t is not None]
         name = "-".join([stage, *tags])
     return name, list(dict.fromkeys(str(t)[:MAX_TAG] for t in tags if str(t)))
@@ -85,14 +77,14 @@ def sweep_label() -> str | None:
 
     if HydraConfig.initialized():
         hydra_cfg = HydraConfig.get()
-        if OmegaConf.select(hydra_cfg, "mode") == RunMode.MULTIRUN:
+        if hydra_cfg.get("mode") == RunMode.MULTIRUN:
             return f"sweep-{hydra_cfg.job.name}-{Path(str(hydra_cfg.sweep.dir)).name}"
     return None
 
 
-def run_group(cfg) -> str | None:
+def run_group(config: dict) -> str | None:
     """The W&B group: ``logger.group`` > ``ARK_WANDB_GROUP``/``WANDB_RUN_GROUP`` > the Hydra multirun > none."""
-    group = OmegaConf.select(cfg, "logger.group") or os.environ.get("ARK_WANDB_GROUP") \
+    group = (config.get("logger") or {}).get("group") or os.environ.get("ARK_WANDB_GROUP") \
         or os.environ.get("WANDB_RUN_GROUP")
     return str(group) if group else sweep_label()
 
@@ -109,12 +101,12 @@ def scrub_config(value, keys: list[str] | None = None):
     return scrub(scrub_urls(value) if isinstance(value, str) else value, keys)
 
 
-def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:
+def wandb_settings(cfg, stage: str, run=None) -> dict:
     """The keyword arguments ``stage_run`` passes to ``wandb.init``."""
-    logger = cfg.get("logger") or {}
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = dict(resolved(cfg))
     config.pop("hydra", None)
-    name, tags = run_labels(cfg, stage, identity_cfg)
+    logger = config.get("logger") or {}
+    name, tags = run_labels(config, stage, run)
     sweep = sweep_label()  # also a tag: a sweep inside a grouped `make repro` stays findable
     return dict(
         project=logger.get("project", "ark"),
@@ -123,29 +115,29 @@ def wandb_settings(cfg, stage: str, identity_cfg=None) -> dict:
         job_type=stage,
         name=name,
         tags=tags + ([sweep[:MAX_TAG]] if sweep else []),
-        group=run_group(cfg),
+        group=run_group(config),
         config=scrub_config(config),
         reinit="finish_previous",
     )
 
 
 @contextmanager
-def stage_run(cfg, stage: str, identity_cfg=None):
+def stage_run(cfg, stage: str, run=None):
     """Context manager yielding the W&B run (or a stand-in doing nothing with logging off); finishes the run on
-    exit, as failed (exit code 1) when the stage raised. ``identity_cfg``: see ``run_labels``."""
+    exit, as failed (exit code 1) when the stage raised. ``run``: see ``run_labels``."""
     logger = cfg.get("logger") or {}
     if logger.get("name", "none") == "none":
         yield _NoRun()
         return
     import wandb
 
-    run = wandb.init(**wandb_settings(cfg, stage, identity_cfg))
+    logged = wandb.init(**wandb_settings(cfg, stage, run))
     try:
-        yield run
+        yield logged
     except BaseException:
-        run.finish(exit_code=1)
+        logged.finish(exit_code=1)
         raise
-    run.finish()
+    logged.finish()
 
 
 def log_summary(run, result: dict) -> None:
@@ -155,32 +147,14 @@ def log_summary(run, result: dict) -> None:
     run.summary.update(scrub_config({k: v for k, v in result.items() if isinstance(v, (int, float, str, dict))}))
 
 
-def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
-    """(columns, one row per query) of a scored run directory: query id and text, each metric of
-    ``scores.jsonl``, whether it completed, agent steps and tool calls (summed over its agents), wall time (s)."""
-    from ark.runs.store import load_run, read_scores
-
-    _, records = load_run(run_dir)
-    scores = read_scores(run_dir)
-    first = next(iter(scores.values()), {})
-    metrics = [k for k in first if k != "complete"]
-    columns = ["query_id", "query", *metrics, "complete", "steps", "tool_calls", "wall_time"]
-    rows = []
-    for r in records:
-        s = scores[r.id]
-        rows.append([r.id, r.query, *(s[m] for m in metrics), s.get("complete", True),
-                     sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
-                     round(r.wall_time, 3)])
-    return columns, rows
-
-
-def log_queries(run, run_dir: str | Path) -> None:
-    """The per-query results of a scored run directory as the table ``queries``."""
+def log_queries(run, table) -> None:
+    """The per-query results of a scored run as the table ``queries``; ``table()``: its (columns, rows)
+    (``ark.runs.store.query_rows``), called only with logging on."""
     if isinstance(run, _NoRun):
         return
     import wandb
 
-    columns, rows = query_rows(run_dir)
+    columns, rows = table()
     run.log({"queries": wandb.Table(columns=columns, data=rows)})
 
 

@@ -2,9 +2,9 @@
 from ark.graph.graph import IN, OUT, Graph
 
 
-def load_graph(dataset_cfg) -> Graph:
-    """The built graph of a dataset config (written by the build_graph stage)."""
-    return Graph.load(dataset_cfg.graph_dir)
+def load_graph(dataset) -> Graph:
+    """The built graph of a dataset's settings (written by the build_graph stage to its ``graph_dir``)."""
+    return Graph.load(dataset["graph_dir"])
 
 
 __all__ = ["Graph", "IN", "OUT", "load_graph"]

@@ -113,6 +113,7 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
                      vary: tuple[str, ...] = ()) -> list[RunData]:
     """The runs of ``+experiment=<experiment>`` on one query set, as ``experiment_runs`` finds them, whatever their
     values of the settings in ``vary`` (the axes of a sweep, e.g. ``agent.T_max``), in path order."""
+    from ark import build
     from ark.runs.identity import identity, portable
 
     def without(ident: dict) -> dict:
@@ -130,7 +131,8 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
     runs = [r for r in runs if all(r.get(k) == v for k, v in settled.items())]
     if not runs:
         return []
-    wanted = without(identity(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)), stage))
+    spec = build.spec(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)))
+    wanted = without(identity(spec, stage))
     return [r for r in runs if without(r.config) == wanted]
 
 
@@ -140,12 +142,13 @@ ROW_VALUES = ("split", "eval.limit", "backbone.name", "ablation.name", "retrieve
 
 def _row_values(experiment: str, stage: str) -> dict:
     """The values of ``ROW_VALUES`` that a ``stage`` run's identity holds, as the row file composes them."""
-    from ark.runs.identity import STAGE_SETTINGS
+    from ark.runs.identity import identity_fields
 
     config = experiment_config(experiment, "biokg", "synthetic", ())
+    keys = {f.metadata["key"] or f.name for f in identity_fields(stage)}
     out = {}
     for key in ROW_VALUES:
-        if key in STAGE_SETTINGS[stage] or key.split(".")[0] in STAGE_SETTINGS[stage]:
+        if key in keys or key.split(".")[0] in keys:
             value = config
             for part in key.split("."):
                 value = value.get(part) if value is not None else None
@@ -162,9 +165,9 @@ def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
 
 @lru_cache(maxsize=4)
 def _graph(dataset: str, paths: tuple = ()):
-    from ark import build
+    from ark.graph import load_graph
 
-    return build.graph(dataset_config(dataset, paths=paths))
+    return load_graph(dataset_config(dataset, paths=paths).dataset)
 
 
 @lru_cache(maxsize=16)

@@ -1,11 +1,11 @@
 """The run engine: running the agents on a query set, in one place.
 
-``execute(cfg, stage)`` validates the config, reads the queries, names the run once (``Run``: its identity), opens
+``execute(spec, stage)`` takes a run spec (``ark.build.spec``: the config, checked), reads the queries, names the run once (``Run``: its identity), opens
 it (the lock; records already complete are kept: resume), runs the rest in this process or in worker processes
 (``eval.workers``), appends each record as it finishes, scores each record once (``evaluate``; ``collect`` is
 label-free and has no gold), and finishes the run (scores, metrics, stats, provenance, timing). An incomplete query
 (a model call that failed after its retries) stops it with ``IncompleteRun`` unless ``eval.allow_incomplete``.
-``agents(cfg)`` is the same agents for one question at a time (``ark ask``).
+``agents(spec)`` is the same agents for one question at a time (``ark ask``).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import functools
 import time
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
 from tqdm import tqdm
 
 from ark import build
+from ark.build import RunSpec
 from ark.config import make
 from ark.agent.runner import AgentConfig, run_queries, run_query
 from ark.errors import IncompleteRun, UserError
@@ -52,49 +52,47 @@ class Agents:
 
 
 @contextlib.contextmanager
-def agents(cfg: DictConfig, tools=None, run_name: str = "", run_ledger: str | None = None):
-    """The agents of ``cfg`` (its backbone's policy is open for the block: an embedded model is served);
+def agents(spec: RunSpec, tools=None, run_name: str = "", run_ledger: str | None = None):
+    """The agents of ``spec`` (its backbone's policy is open for the block: an embedded model is served);
     ``run_name``, ``run_ledger``: the run their calls are for and its spend ledger (``ark.build.serving``)."""
-    tools = tools if tools is not None else build.toolbox(cfg)
-    spec = build.backbone(cfg)
-    with build.policy(cfg, tools, spec, run_name, run_ledger) as policy:
-        yield Agents(policy, tools, build.agent_config(cfg, spec))
+    tools = tools if tools is not None else build.toolbox(spec)
+    with build.policy(spec, tools, run_name, run_ledger) as policy:
+        yield Agents(policy, tools, build.agent_config(spec))
 
 
-def execute(cfg: DictConfig, stage: str) -> dict:
-    """Run (or resume) the ``stage`` run (``evaluate`` or ``collect``) that ``cfg`` identifies; its summary."""
+def execute(spec: RunSpec, stage: str) -> dict:
+    """Run (or resume) the ``stage`` run (``evaluate`` or ``collect``) that ``spec`` identifies; its summary."""
     labels = stage != "collect"
-    build.validate(cfg)
-    spec = build.backbone(cfg)  # a backbone config that names no class or a wrong key: before the run directory
-    if cfg.eval.workers > 1 and spec.one_process:
+    build.check_files(spec)
+    if spec.eval.workers > 1 and spec.backbone.one_process:
         raise UserError("eval.workers > 1 needs a hosted or rules backbone: the embedded model computes in one "
                         "process, and every worker would load and run its own copy")
-    tools = build.toolbox(cfg)
-    queries = build.queries(cfg, tools.graph, labels=labels)
-    run = Run(cfg, stage)
-    score = Scoring(cfg, tools.graph, queries) if labels else None
+    tools = build.toolbox(spec)
+    queries = build.queries(spec, tools.graph, labels=labels)
+    run = Run(spec, stage)
+    score = Scoring(spec, tools.graph, queries) if labels else None
     start = time.perf_counter()
-    records, model_calls = _run_agents(cfg, tools, queries, run, stage, score)
+    records, model_calls = _run_agents(spec, tools, queries, run, stage, score)
     stats = run_statistics(records)
     timing = {"seconds": round(time.perf_counter() - start, 2), "model_calls": model_calls,
               **timing_statistics(records)}
     incomplete = sum(not r.complete for r in records)
     capped = next((e for r in records for ag in r.agents for e in ag.errors if e.startswith(CAP_REACHED)), None)
-    if capped and not cfg.eval.allow_incomplete:
+    if capped and not spec.eval.allow_incomplete:
         raise IncompleteRun(f"{capped}: {len(records) - incomplete} of {len(queries)} queries done, {incomplete} "
                             f"left to resume (rerun with a higher cap). Records: {run.dir}")
-    if incomplete and not cfg.eval.allow_incomplete:
+    if incomplete and not spec.eval.allow_incomplete:
         error = next((e for r in records for ag in r.agents for e in ag.errors), "none")
         instead = (f"score the {len(records) - incomplete} complete ones" if labels else "keep them as they are")
         raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls failed after "
-                            f"{cfg.llm.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
+                            f"{spec.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
                             f"eval.allow_incomplete=true to {instead}. Records: {run.dir}")
     scores, metrics = score.finish(records) if labels else (None, None)
     run.finish(scores, metrics, stats)
     run.write_timing(timing)
     return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
             "n_incomplete": incomplete, **(metrics or {}), "model_calls": model_calls, "run_dir": str(run.dir),
-            "n_agents": cfg.agent.n_agents, **stats, **timing}
+            "n_agents": spec.agent.n_agents, **stats, **timing}
 
 
 def _open(run: Run, queries: list[dict]):
@@ -110,29 +108,29 @@ def _open(run: Run, queries: list[dict]):
     return store
 
 
-def execute_ranking(cfg: DictConfig, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
+def execute_ranking(spec: RunSpec, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
     """A baseline's run: ``rank(query) -> (node ids, scores)`` for each query not done yet, stored as it goes
     (resumable like an agent run), then scored; its metrics and directory."""
-    run = Run(cfg, stage)
+    run = Run(spec, stage)
     store = _open(run, queries)
     start = time.perf_counter()
-    for q in tqdm(queries, desc=desc, mininterval=2, disable=not cfg.eval.progress):
+    for q in tqdm(queries, desc=desc, mininterval=2, disable=not spec.eval.progress):
         if not store.done(q["id"]):
             ranking, scores = rank(q)
             store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
     records = store.finalize([q["id"] for q in queries])
     candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
-    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(cfg.metrics),
-                                    candidates, answerable(cfg, graph, queries))
+    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(spec.metrics),
+                                    candidates, answerable(spec, graph, queries))
     run.finish(scores, metrics, {})
     run.write_timing({"seconds": round(time.perf_counter() - start, 2)})
     return {**metrics, "run_dir": str(run.dir)}
 
 
-def answerable(cfg: DictConfig, graph, queries: list[dict]) -> dict[str, bool]:
+def answerable(spec: RunSpec, graph, queries: list[dict]) -> dict[str, bool]:
     """Whether each query's gold is reachable in ``graph`` (the query set's ``answerable``; empty where it has no
     such notion): scored beside the whole split, never shown to an agent."""
-    query_set = make(cfg.queries, "queries")
+    query_set = make(spec.queries, "queries")
     known = {q["id"]: query_set.answerable(graph, q["answer_ids"]) for q in queries}
     return {k: v for k, v in known.items() if v is not None}
 
@@ -141,11 +139,11 @@ class Scoring:
     """Each record scored once against gold, as it arrives (a running mean for the progress bar) or, for records a
     resumed run already had, at the end."""
 
-    def __init__(self, cfg: DictConfig, graph, queries: list[dict]):
-        self.metrics = list(cfg.metrics)
+    def __init__(self, spec: RunSpec, graph, queries: list[dict]):
+        self.metrics = list(spec.metrics)
         self.gold = {q["id"]: q["answer_ids"] for q in queries}
         self.candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
-        self.answerable = answerable(cfg, graph, queries)
+        self.answerable = answerable(spec, graph, queries)
         self.rows: dict[str, tuple[QueryRecord, dict]] = {}
 
     def row(self, record: QueryRecord) -> dict:
@@ -166,16 +164,16 @@ class Scoring:
         return rows, summarize(rows, self.metrics)
 
 
-def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: str, score: Scoring | None):
+def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str, score: Scoring | None):
     """Open (or resume) ``run``, run the agents on its queries not done yet, appending each record as it
     finishes; (records of all queries in their order, model calls made)."""
     store = _open(run, queries)
     todo = [q for q in queries if not store.done(q["id"])]
     # the run's own spend ledger, for its cap eval.max_cost_usd (ark.build.spending_caps)
-    ledger = str(run.dir / "spend.sqlite") if cfg.eval.get("max_cost_usd") is not None else None
+    ledger = str(run.dir / "spend.sqlite") if spec.eval.max_cost_usd is not None else None
     open_agents = functools.partial(agents, run_name=run.name, run_ledger=ledger)
-    progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {cfg.backbone.name}",
-                    mininterval=1, disable=not cfg.eval.progress)
+    progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {spec.backbone.name}",
+                    mininterval=1, disable=not spec.eval.progress)
     cost = [0.0]
 
     def on_record(query: dict, record: QueryRecord) -> None:
@@ -187,11 +185,11 @@ def _run_agents(cfg: DictConfig, tools, queries: list[dict], run: Run, label: st
 
     model_calls = 0
     try:
-        if cfg.eval.workers > 1:
-            model_calls, _ = run_in_workers(cfg, todo, cfg.eval.workers, on_record, open_agents)
+        if spec.eval.workers > 1:
+            model_calls, _ = run_in_workers(spec, todo, on_record, open_agents)
         else:
-            with open_agents(cfg, tools) as a:
-                a.many(todo, cfg.eval.concurrency, on_record)
+            with open_agents(spec, tools) as a:
+                a.many(todo, spec.eval.concurrency, on_record)
                 model_calls = a.model_calls
     finally:
         progress.close()

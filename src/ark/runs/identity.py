@@ -1,6 +1,6 @@
 """Run identity: the resolved settings and the input contents that can change a run's result -> a directory name.
 
-A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(cfg, stage)``,
+A run directory is ``<run.root>/<readable name>-<hash>``; the hash covers exactly ``identity(spec, stage)``,
 (``run_name``), so two configurations never share a directory and the same configuration resumes. Settings that cannot
 change a result (paths, logger, concurrency, progress bars, cache location) are not part of it. The embedded model's
 thread count is: it changes the order of its sums, and so bfloat16 replies. So are the contents of what the run reads
@@ -12,108 +12,103 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import fields
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
+from ark.build import RUN_STAGES, RunSpec
 from ark.index import index_settings
 from ark.io import content_sha256, sha256_tree
 from ark.llm.settings import resolved_api_base
 from ark.secrets import scrub_urls
 
-# keys dropped from a group: where things are on this machine, and how fast they run
-NOT_IDENTITY = {
-    "dataset": {"raw_dir", "graph_dir", "index_dir", "queries_dir", "root"},
-    "queries": {"qa_dir"},
-    "backbone": {"api_base", "api_key_env"},
-}
-NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}
+NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}  # the embedded model's settings that are this machine's
 FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name counts, not where this checkout keeps them
 
-# which groups and top-level settings decide each stage's result
-STAGE_SETTINGS = {
-    "baseline": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "baseline.depth"),
-    "hpo_baseline": ("dataset", "queries", "split", "subset_seed", "eval.limit", "baseline.depth"),
-    "evaluate": ("dataset", "queries", "retriever", "split", "subset_seed", "eval.limit", "backbone", "prompt",
-                 "agent", "ablation", "seed"),
-    # teacher trajectories; split, agent.n_agents and backbone.temperature as set from collect (ark.stages.collect)
-    "collect": ("dataset", "queries", "retriever", "split", "subset_seed", "collect", "backbone", "prompt", "agent",
-                "ablation", "seed"),
-}
-SCALARS = ("split", "subset_seed", "seed")  # top-level settings in conf/config.yaml; dotted keys too
+
+def identity_fields(stage: str) -> list:
+    """The ``RunSpec`` fields in ``stage``'s run identity (``ark.build.identity_of``), in their order."""
+    if stage not in RUN_STAGES:
+        raise KeyError(f"no run identity defined for stage {stage!r}")
+    return [f for f in fields(RunSpec) if stage in f.metadata.get("identity", ())]
 
 
 def config_groups(stage: str) -> tuple[str, ...]:
     """The Hydra config groups a stage's results depend on (each one a params file in dvc.yaml)."""
-    return tuple(k for k in STAGE_SETTINGS[stage] if "." not in k and k not in SCALARS)
+    return tuple(f.metadata["key"] or f.name for f in identity_fields(stage) if f.metadata["group"])
 
 
-def data_inputs(cfg: DictConfig, stage: str) -> dict[str, Path]:
-    """The data a ``stage`` run over ``cfg`` reads, by role: its query split's file (a subset split without a file
+def data_inputs(spec: RunSpec, stage: str) -> dict[str, Path]:
+    """The data a ``stage`` run of ``spec`` reads, by role: its query split's file (a subset split without a file
     of its own, ``test-0.1``, reads its base split's), the graph, and the index (the HPO baseline: the case file
     instead)."""
     from ark.data.queries import parse_split
 
-    queries = Path(cfg.dataset.queries_dir) / f"{cfg.split}.jsonl"
+    queries = Path(spec.dataset["queries_dir"]) / f"{spec.split}.jsonl"
     if not queries.exists():
-        queries = queries.with_name(f"{parse_split(cfg.split)[0]}.jsonl")
-    inputs = {"queries": queries, "graph": Path(cfg.dataset.graph_dir)}
+        queries = queries.with_name(f"{parse_split(spec.split)[0]}.jsonl")
+    inputs = {"queries": queries, "graph": Path(spec.dataset["graph_dir"])}
     if stage == "hpo_baseline":
-        inputs["cases"] = Path(cfg.queries.source)
+        inputs["cases"] = Path(spec.queries["source"])
     else:
-        inputs["index"] = Path(cfg.dataset.index_dir)
+        inputs["index"] = Path(spec.index_dir)
     return inputs
 
 
-def _select(cfg: DictConfig, key: str):
-    value = OmegaConf.select(cfg, key, default=None)
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+def _at(config: dict, key: str):
+    node = config
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return json.loads(json.dumps(node)) if isinstance(node, (dict, list)) else node  # a copy
 
 
-def _subset_seed(cfg: DictConfig):
-    """Which queries a fractional split keeps; no setting at all for a whole split."""
+def identity(spec: RunSpec, stage: str) -> dict:
+    """The result-affecting settings of a ``stage`` run, as plain data (what ``config.yaml`` of the run holds): the
+    spec's identity fields (their config values, ``_target_`` and the ``drop`` keys removed) and the contents of
+    its inputs."""
     from ark.data.queries import parse_split
 
-    return cfg.subset_seed if parse_split(cfg.split)[1] is not None else None
-
-
-def identity(cfg: DictConfig, stage: str) -> dict:
-    """The result-affecting settings of a ``stage`` run, as plain data (what ``config.yaml`` of the run holds)."""
-    if stage not in STAGE_SETTINGS:
-        raise KeyError(f"no run identity defined for stage {stage!r}")
     out: dict = {"stage": stage}
-    for key in STAGE_SETTINGS[stage]:
-        if key == "subset_seed":
-            value = _subset_seed(cfg)
-        elif key == "retriever":
-            value = index_settings(_select(cfg, "retriever"), OmegaConf.select(cfg, "dataset.index_dir"))  # the index's
+    for f in identity_fields(stage):
+        key = f.metadata["key"] or f.name
+        if key == "subset_seed":  # which queries a fractional split keeps; no setting at all for a whole split
+            value = spec.subset_seed if parse_split(spec.split)[1] is not None else None
+        elif key == "retriever":  # the index's settings
+            value = index_settings(_at(spec.config, key), spec.index_dir)
         else:
-            value = _select(cfg, key)
+            value = _at(spec.config, key)
         if isinstance(value, dict):  # _target_: which class reads the settings, not a setting
-            value = {k: v for k, v in value.items() if k not in NOT_IDENTITY.get(key, ()) and k != "_target_"}
+            value = {k: v for k, v in value.items() if k not in f.metadata["drop"] and k != "_target_"}
             for file_key in FILE_KEYS:
                 if value.get(file_key):
                     value[file_key] = Path(str(value[file_key])).name
-            if key == "backbone" and isinstance(value.get("local"), dict):
-                local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
-                from ark.llm.weights import resolve_dtype, resolve_threads
-
-                if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another
-                    local["dtype"] = resolve_dtype(local["dtype"])
-                local["threads"] = resolve_threads(OmegaConf.select(cfg, "cpu_threads", default=None))
-                if local.get("adapter"):  # a retrained adapter at the same path is another model
-                    local["adapter_sha256"] = sha256_tree(local["adapter"])
-                value["local"] = local
-            if key == "backbone" and value.get("kind") == "litellm":  # a hosted model: which server answers
-                endpoint = resolved_api_base(value["model"], OmegaConf.select(cfg, "backbone.api_base"))
-                value["endpoint"] = endpoint and scrub_urls(endpoint)
-        if value is not None or key in ("seed", "eval.limit"):
+            if key == "backbone":
+                value = _backbone_identity(value, spec)
+        if value is not None or f.metadata["keep_none"]:
             out[key] = value
-    inputs = data_inputs(cfg, stage)
+    inputs = data_inputs(spec, stage)
     out["inputs"] = {role: content_sha256(path) for role, path in inputs.items()}
     if stage == "collect":  # label-free: what it reads of the query file is each row's id and text, never its gold
         out["inputs"]["queries"] = _label_free_sha256(inputs["queries"]) or out["inputs"]["queries"]
     return out
+
+
+def _backbone_identity(value: dict, spec: RunSpec) -> dict:
+    """The embedded model's settings as this machine resolves them (dtype, threads, the adapter's content); a
+    hosted model's server."""
+    if isinstance(value.get("local"), dict):
+        local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
+        from ark.llm.weights import resolve_dtype, resolve_threads
+
+        if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another
+            local["dtype"] = resolve_dtype(local["dtype"])
+        local["threads"] = resolve_threads(spec.cpu_threads)
+        if local.get("adapter"):  # a retrained adapter at the same path is another model
+            local["adapter_sha256"] = sha256_tree(local["adapter"])
+        value["local"] = local
+    if value.get("kind") == "litellm":  # a hosted model: which server answers
+        endpoint = resolved_api_base(value["model"], spec.config["backbone"].get("api_base"))
+        value["endpoint"] = endpoint and scrub_urls(endpoint)
+    return value
 
 
 def _label_free_sha256(path: Path) -> str | None:

@@ -96,16 +96,17 @@ class RecordStore:
 
 
 class Run:
-    """``Run(cfg, stage)``: the directory of the run that ``cfg`` identifies, and what goes into it."""
+    """``Run(spec, stage)``: the directory of the run that ``spec`` (``ark.build.RunSpec``) identifies, and what goes
+    into it."""
 
-    def __init__(self, cfg, stage: str):
+    def __init__(self, spec, stage: str):
         self.stage = stage
-        self.identity = identity(cfg, stage)
-        self.inputs = list(data_inputs(cfg, stage).values())
+        self.identity = identity(spec, stage)
+        self.inputs = list(data_inputs(spec, stage).values())
         self.name = run_name(self.identity)
-        self.dir = Path(cfg.run.root) / self.name
-        self.publish_dir = Path(cfg.run.publish) if cfg.run.get("publish") else None
-        self.timing_path = Path(cfg.paths.logs) / "runs" / f"{self.name}.json"
+        self.dir = Path(spec.run["root"]) / self.name
+        self.publish_dir = Path(spec.run["publish"]) if spec.run.get("publish") else None
+        self.timing_path = Path(spec.paths["logs"]) / "runs" / f"{self.name}.json"
         self._lock: RunLock | None = None
 
     def open(self) -> RecordStore:
@@ -267,3 +268,20 @@ def read_scores(directory: str | Path) -> dict[str, dict]:
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return {r.pop("id"): r for r in rows}
+
+
+def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
+    """(columns, one row per query) of a scored run directory: query id and text, each metric of
+    ``scores.jsonl``, whether it completed, agent steps and tool calls (summed over its agents), wall time (s)."""
+    _, records = load_run(run_dir)
+    scores = read_scores(run_dir)
+    first = next(iter(scores.values()), {})
+    metrics = [k for k in first if k != "complete"]
+    columns = ["query_id", "query", *metrics, "complete", "steps", "tool_calls", "wall_time"]
+    rows = []
+    for r in records:
+        s = scores[r.id]
+        rows.append([r.id, r.query, *(s[m] for m in metrics), s.get("complete", True),
+                     sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
+                     round(r.wall_time, 3)])
+    return columns, rows

@@ -2,7 +2,7 @@
 
 One event loop runs every agent's CPU work (litellm, HTTP, tools, bookkeeping) on one core: with ~10 ms a step and
 64 agents of 1 s steps that core is most of the way to full, and each agent waits for it. Each worker process builds
-the tools and the policy from the same config and runs every ``workers``-th query on its own loop; the records come
+the tools and the policy from the same run spec and runs every ``workers``-th query on its own loop; the records come
 back to the caller, which stays the run's only writer (resume, the lock and the record order are unchanged), and a
 record does not depend on the process that made it (agents seed by query and index). ``eval.concurrency`` stays the
 queries in flight in all. The LLM response cache is one SQLite file that the processes share (WAL).
@@ -16,21 +16,18 @@ import threading
 import time
 import traceback
 
-from omegaconf import DictConfig, OmegaConf
-
 from ark.agent.records import QueryRecord
 
 
-def run_in_workers(cfg: DictConfig, queries: list[dict], workers: int, on_record, agents) -> tuple[int, float]:
-    """Run ``queries`` in ``workers`` processes, ``on_record(query, record)`` here as each finishes; (the model calls
-    the workers made, the longest time a worker ran its agents: its start-up excluded). ``agents(cfg)``: a
+def run_in_workers(spec, queries: list[dict], on_record, agents) -> tuple[int, float]:
+    """Run ``queries`` in ``spec.eval.workers`` processes, ``on_record(query, record)`` here as each finishes; (the model calls
+    the workers made, the longest time a worker ran its agents: its start-up excluded). ``agents(spec)``: a
     module-level context manager yielding the agents (``ark.runs.execute.agents``), which each worker opens. A
     worker that fails stops the others and raises."""
     ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds threads and sockets
     results = ctx.Queue()
-    config = OmegaConf.to_container(cfg, resolve=True)
-    procs = [ctx.Process(target=_work, args=(agents, config, shard, concurrency, results, os.getpid()), daemon=True)
-             for shard, concurrency in shards(queries, workers, cfg.eval.concurrency)]
+    procs = [ctx.Process(target=_work, args=(agents, spec, shard, concurrency, results, os.getpid()), daemon=True)
+             for shard, concurrency in shards(queries, spec.eval.workers, spec.eval.concurrency)]
     by_id = {q["id"]: q for q in queries}
     calls, seconds, running = 0, 0.0, len(procs)
     for p in procs:
@@ -66,10 +63,10 @@ def shards(queries: list[dict], workers: int, concurrency: int) -> list[tuple[li
     return [(queries[i::workers], concurrency // workers + (i < concurrency % workers)) for i in range(workers)]
 
 
-def _work(agents, config: dict, shard: list[dict], concurrency: int, results, parent: int) -> None:
+def _work(agents, spec, shard: list[dict], concurrency: int, results, parent: int) -> None:
     _exit_with(parent)
     try:
-        with agents(OmegaConf.create(config)) as a:
+        with agents(spec) as a:
             start = time.perf_counter()
             a.many(shard, concurrency, lambda q, record: results.put(("record", record.to_dict())))
             results.put(("done", (a.model_calls, time.perf_counter() - start)))

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 from ark import build
 from ark.runs.execute import execute_ranking
 from ark.runs.identity import config_groups
+from ark.runs.store import Run, query_rows
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -30,24 +31,24 @@ def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tu
 
 
 def run(cfg: DictConfig) -> dict:
-    build.validate(cfg)
-    graph = build.graph(cfg)
-    relevance = build.relevance(cfg)
-    queries = build.queries(cfg, graph)
+    spec = build.spec(cfg)
+    graph = build.graph(spec)
+    relevance = build.relevance(spec)
+    queries = build.queries(spec, graph)
     restricted = graph.meta.get("candidate_types") is not None
     candidate_array = graph.candidate_ids() if restricted else None
-    return execute_ranking(cfg, "baseline", graph, queries,
-                           lambda q: rank(relevance, q["query"], cfg.baseline.depth, candidate_array),
+    return execute_ranking(spec, "baseline", graph, queries,
+                           lambda q: rank(relevance, q["query"], spec.baseline_depth, candidate_array),
                            f"baseline {cfg.queries.name}/{cfg.retriever.name}")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "baseline") as log:
+    with stage_run(cfg, "baseline", Run(build.spec(cfg), "baseline")) as log:  # named like its run directory
         metrics = run(cfg)
         log_summary(log, metrics)
-        log_queries(log, metrics["run_dir"])
+        log_queries(log, lambda: query_rows(metrics["run_dir"]))
     shown = " ".join(f"{k}={metrics[k]:.4f}" for k in cfg.metrics)
     print(f"baseline {cfg.dataset.name}/{cfg.queries.name}/{cfg.retriever.name} "
           f"({metrics['n_queries']} queries, {cfg.split}): {shown} -> {metrics['run_dir']}")

@@ -12,8 +12,10 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ark import build
 from ark.runs.execute import execute
 from ark.runs.identity import config_groups
+from ark.runs.store import Run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_summary, stage_run
 
@@ -31,13 +33,13 @@ def collect_cfg(cfg: DictConfig) -> DictConfig:
 
 
 def run(cfg: DictConfig) -> dict:
-    return execute(collect_cfg(cfg), "collect")
+    return execute(build.spec(collect_cfg(cfg)), "collect")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "collect", identity_cfg=collect_cfg(cfg)) as log:  # named like its run directory
+    with stage_run(cfg, "collect", Run(build.spec(collect_cfg(cfg)), "collect")) as log:  # named like its run directory
         result = run(cfg)
         log_summary(log, result)
     c = cfg.collect

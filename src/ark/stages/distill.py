@@ -61,7 +61,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     budgets = dict(d.get("budgets") or {})
     if budgets:
         check_nested(d, budgets)
-    tools = build.toolbox(cfg).schemas()  # the tool set the student will be served with
+    tools = build.toolbox(build.spec(cfg)).schemas()  # the tool set the student will be served with
     from ark.distill.sft import sft_samples
     from ark.distill.train import load_base, train_lora
 

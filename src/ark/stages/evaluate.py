@@ -10,8 +10,10 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from ark import build
 from ark.runs.execute import execute
 from ark.runs.identity import config_groups
+from ark.runs.store import Run, query_rows
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
@@ -19,16 +21,16 @@ GROUPS = config_groups("evaluate")  # config groups its results depend on
 
 
 def run(cfg: DictConfig) -> dict:
-    return execute(cfg, "evaluate")
+    return execute(build.spec(cfg), "evaluate")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "evaluate") as log:
+    with stage_run(cfg, "evaluate", Run(build.spec(cfg), "evaluate")) as log:  # named like its run directory
         result = run(cfg)
         log_summary(log, result)
-        log_queries(log, result["run_dir"])
+        log_queries(log, lambda: query_rows(result["run_dir"]))
     shown = " ".join(f"{k}={result[k]:.4f}" for k in cfg.metrics)
     print(f"evaluate {cfg.dataset.name}/{cfg.queries.name}/{cfg.split}/{cfg.backbone.name}/{cfg.ablation.name} "
           f"({result['n_queries']} queries scored, {result['n_incomplete']} incomplete): {shown} "

@@ -18,37 +18,44 @@ from ark.errors import UserError
 from ark.graph.phenotype_similarity import PhenotypeSimilarity
 from ark.runs.execute import execute_ranking
 from ark.runs.identity import config_groups
+from ark.runs.store import Run, query_rows
 from ark.stages import clear_errors, launch
 from ark.tracking import log_queries, log_summary, stage_run
 
 GROUPS = config_groups("hpo_baseline")  # config groups its results depend on
 
 
-def run(cfg: DictConfig) -> dict:
-    build.validate(cfg)
-    if not cfg.queries.get("source") or cfg.queries.get("target") not in ("disease", "gene"):
+def checked_spec(cfg: DictConfig):
+    """The run spec of a phenopacket query set's run (the only kind with case files to read terms from)."""
+    spec = build.spec(cfg)
+    if not spec.queries.get("source") or spec.queries.get("target") not in ("disease", "gene"):
         raise UserError(f"hpo_baseline ranks the cases of a phenopacket query set (queries=phenopackets or "
-                        f"phenopackets_gene), not queries={cfg.queries.name}")
-    graph = build.graph(cfg)
-    queries = build.queries(cfg, graph)
+                        f"phenopackets_gene), not queries={spec.queries['name']}")
+    return spec
+
+
+def run(cfg: DictConfig) -> dict:
+    spec = checked_spec(cfg)
+    graph = build.graph(spec)
+    queries = build.queries(spec, graph)
     terms = {str(p.get("id", "")): phenotype_ids(p)[0] for p in read_phenopackets(cfg.queries.source)}
     missing = [q["id"] for q in queries if q["id"] not in terms]
     if missing:
         raise UserError(f"{len(missing)} queries have no case in {cfg.queries.source} (e.g. {missing[0]}): make the "
                         "query set again from this file (make_queries)")
     ranker = PhenotypeSimilarity(graph)
-    return execute_ranking(cfg, "hpo_baseline", graph, queries,
-                           lambda q: ranker.rank(terms[q["id"]], cfg.queries.target, cfg.baseline.depth),
+    return execute_ranking(spec, "hpo_baseline", graph, queries,
+                           lambda q: ranker.rank(terms[q["id"]], cfg.queries.target, spec.baseline_depth),
                            f"hpo_baseline {cfg.queries.name}")
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "hpo_baseline") as log:
+    with stage_run(cfg, "hpo_baseline", Run(checked_spec(cfg), "hpo_baseline")) as log:  # named like its run directory
         metrics = run(cfg)
         log_summary(log, metrics)
-        log_queries(log, metrics["run_dir"])
+        log_queries(log, lambda: query_rows(metrics["run_dir"]))
     shown = " ".join(f"{k}={metrics[k]:.4f}" for k in cfg.metrics)
     print(f"hpo_baseline {cfg.dataset.name}/{cfg.queries.name} ({metrics['n_queries']} queries, {cfg.split}): "
           f"{shown} -> {metrics['run_dir']}")

@@ -40,7 +40,8 @@ class ToolConfig:
 
     @classmethod
     def from_cfg(cls, ablation, agent=None) -> "ToolConfig":
-        kw = dict(neighbors=ablation.neighbors, query_param=ablation.query_param, type_filters=ablation.type_filters)
+        """``ablation``: the ablation's switches (a mapping); ``agent``: the agent settings (tool sizes)."""
+        kw = {k: ablation[k] for k in ("neighbors", "query_param", "type_filters")}
         if agent is not None:
             kw.update(global_k=agent.global_k, global_k_max=agent.global_k_max, neighbor_k=agent.neighbor_k)
         return cls(**kw)
