@@ -19,7 +19,8 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
     metrics = {"hit@1": hit1, "hit@5": hit1, "recall@20": hit1, "mrr": hit1, "n_queries": n, "n_incomplete": 0}
     (d / "metrics.json").write_text(json.dumps(metrics))
     (d / "stats.json").write_text(json.dumps({} if invalid is None else {"invalid_call_rate": invalid}))
-    (d / "scores.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "hit@1": hit1}) + "\n" for i in range(n)))
+    (d / "scores.jsonl").write_text("".join(json.dumps({"id": f"q{i}", **{m: hit1 for m in ("hit@1", "hit@5", "recall@20", "mrr")}})
+                                            + "\n" for i in range(n)))
     if invalid is not None:  # an agent run: one agent per query making 50 calls, this share of them invalid
         agent = {"agent": 0, "messages": [], "tool_calls": {"finish": 50}, "invalid_calls": round(50 * invalid)}
         (d / "records.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "query": "q", "ranking": [],
@@ -40,6 +41,10 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")
     (tmp_path / "distill" / "embedded").mkdir(parents=True)
     (tmp_path / "distill" / "embedded" / "report.json").write_text(json.dumps({"report": {"train_samples": 96}}))
+    queries = tmp_path / "data" / "queries" / "biokg" / "synthetic"  # the intervals resample the runs' queries
+    queries.mkdir(parents=True)
+    (queries / "test.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "query": "q", "answer_ids": [0]}) + "\n"
+                                                for i in range(50)))
 
     def row(experiment: str, stage: str = "evaluate", **change) -> dict:
         config = identity(spec(experiment_config(experiment, "biokg", "synthetic", ())), stage)
@@ -64,12 +69,15 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     assert [row[1] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]
     assert t.rows[1][2] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
     assert t.rows[2][2] == "SmolLM2-135M base, grammar-constrained"
-    assert t.rows[3][3:] == [30.0, None, None, None, 2.0, 75]  # the student on its first 20: scores and records
+    student = t.rows[3][3:]  # the student on its first 20: scores (with intervals) and records
+    assert all(e.value == e.lo == e.hi == 30.0 for e in student[:4]) and student[4:] == [2.0, 75]
     student = t.rows[-1]
     assert "96 trajectories" in student[2] and "free decoding" in student[2]
     assert student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
-    assert "| synthetic | 50 | student: LoRA on SmolLM2, 96 trajectories, free decoding | 30.00 | 30.00 | 30.00 | " \
-           "30.00 | 2.00 | 75 |" in t.markdown()
+    shown = t.markdown()  # in blocks of at most 200 columns, each naming its rows
+    student_lines = [line for line in shown.splitlines() if line.startswith("| synthetic | 50 | student: LoRA")]
+    assert len(student_lines) == 2 and " ".join(student_lines).count(" 30.00 [30.0, 30.0] ") == 4
+    assert "| 2.00 |" in " ".join(student_lines) and student_lines[-1].endswith("| 75 |") and max(len(line) for line in shown.splitlines()) <= 200
 
 
 def fake_run(config: dict, **metrics) -> RunData:

@@ -25,6 +25,7 @@ class RunData:
     stats: dict
     paths: tuple = ()  # Hydra overrides saying where this checkout keeps its data (paths.data=...)
     _records: list[QueryRecord] | None = field(default=None, repr=False)
+    _scores: dict | None = field(default=None, repr=False)
 
     def get(self, key: str, default=None):
         """A stored setting by dotted key: ``agent.T_max``, ``backbone.name``, or a literal ``eval.limit``."""
@@ -45,7 +46,15 @@ class RunData:
 
     @property
     def scores(self) -> dict[str, dict]:
-        return read_scores(self.dir)
+        if self._scores is None:
+            self._scores = read_scores(self.dir)
+        return self._scores
+
+    def units(self) -> dict[str, str]:
+        """{query id: the unit a bootstrap resamples} (``ark.report.intervals.units_of``)."""
+        from ark.report.intervals import units_of
+
+        return units_of(run_queries(self.config, self.paths, limit=False))
 
     def queries(self) -> list[dict]:
         return run_queries(self.config, self.paths)

@@ -1,7 +1,9 @@
 """The paper's tables from runs (``ark.report.runs``): each row is recognised by its runs' stored configs.
 
 A ``Table`` is plain data (title, columns, rows, a note, the runs behind each row) written as Markdown and CSV by the
-report stage. Metrics are shown x100. Table numbers follow the paper (arXiv 2601.13969, camera-ready numbering):
+report stage. Metrics are shown x100, each with its 95 % interval (``ark.report.intervals``: an ``Estimate`` cell; the
+CSV and ``numbers.json`` carry its bounds as ``<column> lo`` and ``<column> hi``). Markdown stays within
+``WIDTH`` columns: a wider table is split into blocks of columns, each repeating the first. Table numbers follow the paper (arXiv 2601.13969, camera-ready numbering):
 1 main results, 2 tool ablations, 3 aggregation, 4 BM25 vs dense inside ARK, 5 backbones and distillation,
 6 split sizes, 7 graph statistics, 8 cost-controlled budgets, 9 tool use, 10 re-anchoring.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,10 +23,12 @@ from ark.eval.metrics import score_query
 from ark.eval.score import score_records
 from ark.eval.trajectories import run_statistics, steps
 from ark.io import read_jsonl
+from ark.report.intervals import METHOD, Estimate, bootstrap, bootstrap_average, paired
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 LABEL = {"hit@1": "Hit@1", "hit@5": "Hit@5", "recall@20": "R@20", "mrr": "MRR"}
+WIDTH = 200  # the widest Markdown line of a table
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Table:
     note: str = ""
     runs: dict[str, list[str]] = field(default_factory=dict)  # row label -> run directories behind it
     labels: list[str] = field(default_factory=list)  # one per row: its first cell unless given
+    keys: int = 1  # the leading columns that say what a row is: repeated in each Markdown block
 
     def add(self, cells: list, runs: list[RunData] = (), label: str | None = None) -> None:
         label = str(cells[0]) if label is None else label
@@ -46,27 +52,74 @@ class Table:
             self.runs[label] = [str(r.dir) for r in runs]
 
     def markdown(self) -> str:
-        lines = [f"**{self.title}**", "", "| " + " | ".join(self.columns) + " |",
-                 "|" + "---|" * len(self.columns)]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
+        lines = textwrap.wrap(f"**{self.title}**", WIDTH) + [""]
+        for block in self.blocks():
+            shown = [[row[i] for i in block] for row in self.rows]
+            lines += ["| " + " | ".join(self.columns[i] for i in block) + " |", "|" + "---|" * len(block)]
+            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in shown] + [""]
         if self.note:
-            lines += ["", self.note]
+            lines += textwrap.wrap(self.note, WIDTH)
         if self.runs:
             lines += ["", "Runs (`ark show <dir>` prints their trajectories):"]
-            lines += [f"- {label}: " + ", ".join(f"`{d}`" for d in dirs) for label, dirs in self.runs.items()]
-        return "\n".join(lines) + "\n"
+            for label, dirs in self.runs.items():
+                lines += [f"- {label}:"] + [f"  `{d}`" for d in dirs]
+        return "\n".join(lines).rstrip("\n") + "\n"
+
+    def blocks(self) -> list[list[int]]:
+        """Column indices of each Markdown block: all columns where they fit in ``WIDTH``, else the ``keys`` columns
+        with as many of the next ones (kept together by the query set that starts their name) as fit."""
+        def width(block: list[int]) -> int:
+            return 1 + sum(3 + max([len(self.columns[i])] + [len(_cell(row[i])) for row in self.rows]) for i in block)
+
+        everything = list(range(len(self.columns)))
+        keys = everything[:self.keys]
+        if width(everything) <= WIDTH or len(self.columns) <= self.keys + 1:
+            return [everything]
+        groups: list[list[int]] = []
+        for i in everything[self.keys:]:
+            prefix = self.columns[i].split(" ")[0]
+            if groups and self.columns[groups[-1][-1]].split(" ")[0] == prefix:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        blocks = [list(keys)]
+        for group in groups:
+            if len(blocks[-1]) > len(keys) and width(blocks[-1] + group) > WIDTH:
+                blocks.append(list(keys))
+            blocks[-1] += group
+        return blocks
+
+    def flat(self) -> tuple[list[str], list[list]]:
+        """(columns, rows) with each column that holds an ``Estimate`` as its value and bounds (and p where it has
+        one): ``<column>``, ``<column> lo``, ``<column> hi`` [, ``<column> p``]."""
+        extra = [("lo", "hi", "p") if any(isinstance(r[i], Estimate) and r[i].p is not None for r in self.rows)
+                 else ("lo", "hi") if any(isinstance(r[i], Estimate) for r in self.rows) else ()
+                 for i in range(len(self.columns))]
+        columns = [name for c, more in zip(self.columns, extra) for name in (c, *(f"{c} {m}" for m in more))]
+        rows = []
+        for row in self.rows:
+            cells = []
+            for cell, more in zip(row, extra):
+                if isinstance(cell, Estimate):
+                    cells += [cell.value, *(getattr(cell, m) for m in more)]
+                else:
+                    cells += [cell, *(None for _ in more)]
+            rows.append(cells)
+        return columns, rows
 
     def csv(self) -> str:
+        columns, rows = self.flat()
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(self.columns)
-        writer.writerows([["" if c is None else c for c in row] for row in self.rows])
+        writer.writerow(columns)
+        writer.writerows([["" if c is None else c for c in row] for row in rows])
         return out.getvalue()
 
     def numbers(self) -> dict:
-        """{row label: {column: value}} of the numeric cells (``tables/numbers.json``)."""
-        return {label: {c: v for c, v in zip(self.columns, row) if isinstance(v, (int, float))}
-                for label, row in zip(self.labels, self.rows)}
+        """{row label: {column: value}} of the numeric cells (``tables/numbers.json``), interval bounds included."""
+        columns, rows = self.flat()
+        return {label: {c: v for c, v in zip(columns, row) if isinstance(v, (int, float))}
+                for label, row in zip(self.labels, rows)}
 
 
 def headline(table1: dict, query_sets: list[str], ark_label: str) -> dict:
@@ -74,13 +127,16 @@ def headline(table1: dict, query_sets: list[str], ark_label: str) -> dict:
     Table 1's numbers (``Table.numbers``); ARK is the row labelled ``ark_label``, its row file's label (``report.ark``:
     ``row_settings``). Every table's numbers are in ``tables/numbers.json``."""
     rows = {"bm25": table1.get("BM25", {}), "ark": table1.get(ark_label, {})}
-    return {"hit@1": {method: {q: row[f"{q} Hit@1"] for q in query_sets if f"{q} Hit@1" in row}
-                      for method, row in rows.items()}}
+    return {f"hit@1{end.replace(' ', '_')}": {method: {q: row[f"{q} Hit@1{end}"] for q in query_sets if f"{q} Hit@1{end}" in row}
+                            for method, row in rows.items()} for end in ("", " lo", " hi")}
 
 
 def _cell(value) -> str:
     if value is None:
         return ""
+    if isinstance(value, Estimate):
+        shown = f"{value.value:.2f} [{value.lo:.1f}, {value.hi:.1f}]"
+        return shown if value.p is None else f"{shown} p={value.p:.3f}"
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
@@ -103,16 +159,39 @@ def metric_columns(query_sets: list[str], metrics, average: bool = False) -> lis
     return cols + ([f"average {LABEL[m]}" for m in metrics] if average else [])
 
 
-def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, average: bool = False,
-                 values=None) -> list:
-    """Cells of one row: each query set's metrics, then their average over query sets when every one ran."""
-    values = values or (lambda run, m: run.metrics.get(m))
-    cells = [pct(values(found[q], m)) if q in found else None for q in query_sets for m in metrics]
+def per_query(run: RunData, metric: str, ids=None) -> tuple[list[float], list[str]]:
+    """(scores, resampling units) of a run's complete queries (only ``ids`` where given) for ``metric``;
+    ``answerable/<metric>``: its queries that are answerable on its graph."""
+    name = metric.removeprefix("answerable/")
+    units = run.units()
+    keep = [(i, row) for i, row in run.scores.items() if (ids is None or i in ids) and row.get("complete", True)
+            and name in row and (name == metric or row.get("answerable"))]
+    return [float(row[name]) for _, row in keep], [units[i] for i, _ in keep]
+
+
+def estimate(run: RunData, metric: str, ids=None) -> Estimate | None:
+    """A run's mean ``metric`` (x100) with its interval; without ``ids`` the mean is the run's published one."""
+    values, units = per_query(run, metric, ids)
+    if not values:
+        return None
+    e = bootstrap(values, units).scaled(100)
+    published = run.metrics.get(metric) if ids is None else None
+    return e if published is None else replace(e, value=pct(published))
+
+
+def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, average: bool = False) -> list:
+    """Cells of one row: each query set's metrics with their intervals, then their average over query sets when
+    every one ran (each set resampled on its own)."""
+    cells = [estimate(found[q], m) if q in found else None for q in query_sets for m in metrics]
     if average:
         full = all(q in found for q in query_sets)
-        cells += [round(float(np.mean([pct(values(found[q], m)) for q in query_sets])), 2) if full else None
-                  for m in metrics]
+        cells += [_average(found, query_sets, m) if full else None for m in metrics]
     return cells
+
+
+def _average(found: dict[str, RunData], query_sets: list[str], metric: str) -> Estimate:
+    e = bootstrap_average([per_query(found[q], metric) for q in query_sets]).scaled(100)
+    return replace(e, value=round(float(np.mean([pct(found[q].metrics.get(metric)) for q in query_sets])), 2))
 
 
 def ark_setting(experiment: str) -> dict:
@@ -157,19 +236,53 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, 
                    + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
                    f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
                    "version of this table is stark_table1.md.")
-    def add(label: str, per_set: dict[str, RunData]) -> None:
-        if per_set:
-            t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
-                  + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
-
-    for experiment in table_rows("table1"):
-        add(row_settings(experiment).get("label", experiment),
-            {q: r for q in query_sets for r in experiment_runs(runs, experiment, [q], dataset=graphs[q]).values()})
+    for label, per_set in table1_rows(runs, graphs):
+        t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
+              + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
+    t.note += f" Intervals: {METHOD}."
     sets = answerable_sets(answerable)
     for q in sets if graphs_loaded and queries_root else ():
         if graphs[q] in graphs_loaded:
             t.note += f" {q}: {answerable_count(sets[q], graphs_loaded[graphs[q]], queries_root / q / 'test.jsonl')} " \
                       f"test cases answerable on {graphs[q]}."
+    return t
+
+
+def table1_rows(runs, graphs: dict[str, str]) -> list[tuple[str, dict[str, RunData]]]:
+    """(label, {query set: run}) of Table 1's rows that have runs, each query set on its graph (``graphs``)."""
+    rows = []
+    for experiment in table_rows("table1"):
+        per_set = {q: r for q, g in graphs.items() for r in experiment_runs(runs, experiment, [q], dataset=g).values()}
+        if per_set:
+            rows.append((row_settings(experiment).get("label", experiment), per_set))
+    return rows
+
+
+def table1_paired(runs, query_sets, ark_experiment: str, graph_of: dict) -> Table:
+    """ARK against every other row of Table 1, on the queries both scored (a paired bootstrap of the difference)."""
+    graphs = {q: graph_of.get(q, "biokg") for q in query_sets}
+    metrics = ("hit@1", "mrr")
+    ark_label = row_settings(ark_experiment).get("label", ark_experiment)
+    t = Table("table1_paired", f"Table 1, paired: {ark_label} minus each other method on the same queries "
+                               "(difference x100, 95 % interval, p)",
+              ["compared with"] + [c for q in query_sets for c in (*(f"{q} {LABEL[m]} diff" for m in metrics), f"{q} n")],
+              note=f"Graphs: {', '.join(f'{q} on {g}' for q, g in graphs.items())}; test split. Each difference is "
+                   f"{ark_label}'s mean minus the other method's on the queries both scored; {METHOD}, the same draws "
+                   "for both methods; p: two-sided bootstrap p of the difference. A difference whose interval "
+                   "covers 0 is not established.")
+    rows = dict(table1_rows(runs, graphs))
+    ark = rows.pop(ark_label, {})
+    for label, per_set in rows.items():
+        cells = []
+        for q in query_sets:
+            a, b = ark.get(q), per_set.get(q)
+            common = sorted(set(a.scores) & set(b.scores)) if a is not None and b is not None else []
+            common = [i for i in common if a.scores[i].get("complete", True) and b.scores[i].get("complete", True)]
+            units = a.units() if common else {}
+            cells += [paired([a.scores[i][m] for i in common], [b.scores[i][m] for i in common],
+                             [units[i] for i in common]).scaled(100) if common else None for m in metrics]
+            cells.append(len(common) or None)
+        t.add([label] + cells, [r for q in query_sets for r in (ark.get(q), per_set.get(q)) if r])
     return t
 
 
@@ -192,7 +305,8 @@ def table2(runs, query_sets, ark_experiment: str, split: str) -> Table:
     ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20")
     t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
-              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
+              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split. "
+                   f"Intervals: {METHOD}.")
     for label, per_set in row_runs(runs, "table2", query_sets):
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
@@ -200,11 +314,16 @@ def table2(runs, query_sets, ark_experiment: str, split: str) -> Table:
 
 
 def fused_scores(run: RunData, method: str) -> dict:
-    """Mean metrics of a run re-fused from its stored per-agent answer lists with another aggregation."""
+    """Mean metrics (x100, with intervals) of a run re-fused from its stored per-agent answer lists with another
+    aggregation."""
     gold = {q["id"]: q["answer_ids"] for q in run.queries()}
     seed = run.config.get("seed", 0)
     fused = [replace(r, ranking=aggregate([a.answer for a in r.agents], method, seed=seed)) for r in run.records]
-    return score_records(fused, gold, list(METRICS), run.candidates())[1]
+    rows, means = score_records(fused, gold, list(METRICS), run.candidates())
+    units = run.units()
+    kept = [row for row in rows if row["complete"]]
+    return {m: replace(bootstrap([row[m] for row in kept], [units[row["id"]] for row in kept]).scaled(100),
+                       value=pct(means[m])) for m in METRICS}
 
 
 def table3(runs, query_sets, ark_experiment: str) -> Table:
@@ -213,12 +332,13 @@ def table3(runs, query_sets, ark_experiment: str) -> Table:
     t = Table("table3", f"Table 3: aggregation of the same {ark['n_agents']}-agent runs on BioKG, test split (x100)",
               ["aggregation"] + metric_columns(query_sets, metrics),
               note="Computed from the per-agent answer lists stored in Table 1's ARK runs (not rerun): voting ranks "
-                   "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20.")
+                   "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20. "
+                   f"Intervals: {METHOD}.")
     per_set = experiment_runs(runs, ark_experiment, query_sets)
     for method in AGGREGATIONS:
         if per_set:
             scored = {q: fused_scores(r, method) for q, r in per_set.items()}
-            t.add([method] + [pct(scored[q][m]) if q in scored else None for q in query_sets for m in metrics],
+            t.add([method] + [scored[q][m] if q in scored else None for q in query_sets for m in metrics],
                   list(per_set.values()))
     return t
 
@@ -229,7 +349,8 @@ def table4(runs, query_sets) -> Table:
     t = Table("table4", f"Table 4: BM25 vs dense relevance inside ARK on BioKG, {split} split (x100)",
               ["relevance"] + metric_columns(query_sets, metrics),
               note="The relevance function ranks both global search and the neighborhood (rel(q, d_V(u))); "
-                   "dense: cosine of all-MiniLM-L6-v2 embeddings. The whole test split, as the paper's Table 4.")
+                   "dense: cosine of all-MiniLM-L6-v2 embeddings. The whole test split, as the paper's Table 4. "
+                   f"Intervals: {METHOD}.")
     for label, per_set in row_runs(runs, "table4", query_sets):
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
@@ -242,7 +363,7 @@ def table8(runs, query_sets, ark_experiment: str) -> Table:
     t = Table("table8", "Table 8: cost-controlled budgets on BioKG, test split (x100)",
               ["budget"] + metric_columns(query_sets, metrics) + ["steps per query"],
               note=f"Both settings allow 30 steps per query. {ark['backbone']} is scripted: it finishes in at most "
-                   "3 steps, so a larger T_max cannot help it; more agents can (voting).")
+                   f"3 steps, so a larger T_max cannot help it; more agents can (voting). Intervals: {METHOD}.")
     for label, per_set in row_runs(runs, "table8", query_sets):
         if per_set:
             steps = [sum(a.steps for rec in r.records for a in rec.agents) / len(r.records) for r in per_set.values()]
@@ -417,7 +538,7 @@ def distillation_rows(runs: list[RunData], distill_dir: Path) -> list[dict]:
             for order, label, run, teacher, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[4]))):
                 if label not in block and len(ids) >= n and set(first) <= set(ids):
                     block[label] = {"order": order, "method": label, "queries": q, "n_queries": n, "run_data": run,
-                                    "teacher": teacher, **metrics_on(run, first)}
+                                    "teacher": teacher, "ids": first, **metrics_on(run, first)}
             teacher = next((r["hit@1"] for r in block.values() if r["teacher"]), None)
             teacher_order = next((r["order"] for r in block.values() if r["teacher"]), None)
             for r in block.values():
@@ -435,10 +556,13 @@ def table5(runs, distill_dir: Path) -> Table:
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
                    "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
                    "every run that covers the first n test queries, scored on exactly those n (a longer run appears "
-                   "in a block with its first n).")
+                   f"in a block with its first n). Intervals: {METHOD}.", keys=3)
     for r in distillation_rows(runs, distill_dir):
         share = r.get("teacher_hit1_share")
-        t.add([r["queries"], r["n_queries"], r["method"], *[pct(r[m]) for m in METRICS], pct(r["invalid_call_rate"]),
+        run = r["run_data"]
+        ids = None if set(r["ids"]) == set(run.scores) else set(r["ids"])  # all its queries: its published means
+        t.add([r["queries"], r["n_queries"], r["method"], *[estimate(run, m, ids) for m in METRICS],
+               pct(r["invalid_call_rate"]),
                None if share is None else round(100 * share)], [r["run_data"]],
               label=f"{r['queries']} / n={r['n_queries']} / {r['method']}")
     return t
@@ -447,7 +571,9 @@ def table5(runs, distill_dir: Path) -> Table:
 def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
-    return [table1(runs, qs, ark, dict(cfg_report["graph_of"]), graphs, queries_root), table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
+    graph_of = dict(cfg_report["graph_of"])
+    return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
+            table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
             table5(runs, distill_dir), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]
