@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ark.report.runs import RunData, experiment_runs, experiment_sweep  # noqa: E402
-from ark.report.tables import ark_setting, distillation_rows, train_samples, trajectory_rows  # noqa: E402
+from ark.report.tables import ark_setting, distillation_rows, estimate, train_samples, trajectory_rows  # noqa: E402
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
@@ -37,11 +37,12 @@ def cell_value(run: RunData, metric: str) -> float:
     return 100 * run.metrics[metric]
 
 
-def figure2(runs, query_sets, ark, out: Path) -> list[Path]:
-    """Three heatmaps (Hit@1, Recall@20, latency) over T_max x agents, one panel per swept query set."""
+def figure2(runs, graphs: dict[str, str], ark, out: Path) -> list[Path]:
+    """Three heatmaps (Hit@1, Recall@20, latency) over T_max x agents, one panel per swept query set (each on its
+    graph, ``graphs``)."""
     sweeps = {}
-    for q in query_sets:
-        found = experiment_sweep(runs, "budget_sweep", q, vary=("agent.T_max", "agent.n_agents"))
+    for q, g in graphs.items():
+        found = experiment_sweep(runs, "budget_sweep", q, g, vary=("agent.T_max", "agent.n_agents"))
         Ts, agents, cells = budget_grid(found)
         if len(Ts) > 1 and len(agents) > 1:
             sweeps[q] = (Ts, agents, cells)
@@ -57,24 +58,27 @@ def figure2(runs, query_sets, ark, out: Path) -> list[Path]:
             ax.set_yticks(range(len(Ts)), Ts)
             ax.set_xlabel("agents")
             ax.set_ylabel("T_max")
-            ax.set_title(q)
-            for i in range(len(Ts)):
-                for j in range(len(agents)):
-                    ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=8,
+            ax.set_title(f"{q} on {graphs[q]}, n={cells[(Ts[0], agents[0])].metrics.get('n_queries')}", fontsize=9)
+            for i, T in enumerate(Ts):
+                for j, n in enumerate(agents):
+                    e = estimate(cells[(T, n)], metric) if metric != "latency" else None
+                    shown = f"{grid[i, j]:.1f}" + ("" if e is None else f"\n[{e.lo:.0f}, {e.hi:.0f}]")
+                    ax.text(j, i, shown, ha="center", va="center", fontsize=7 if e is None else 6,
                             color="white" if grid[i, j] < grid.mean() else "black")
             fig.colorbar(im, ax=ax, shrink=0.8)
-        fig.suptitle(f"Figure 2: {label} over the budget, {ark['backbone']} on BioKG")
+        fig.suptitle(f"Figure 2: {label} over the budget, {ark['backbone']}"
+                     + ("" if metric == "latency" else "\n95 % interval below each cell"), fontsize=10)
         paths.append(_save(fig, out / f"figure2_{name}.png"))
     return paths
 
 
-def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
+def figure3(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> list[Path]:
     """The paper's Figure 3 on BioKG, per query set: ARK's tool calls split into global search and neighborhood
     exploration (thick bars) beside its queries split into text-centric and relation-centric (thin bars). STaRK's
     query types are human annotations; BioKG has none, so a query counts as text-centric when one global BM25 search
     (Table 1's BM25 run on the same graph) has a gold node in its top 20, relation-centric otherwise. The split is
     read from scores after the runs; no agent sees it."""
-    per_set = experiment_runs(runs, ark_experiment, query_sets)
+    per_set = experiment_runs(runs, ark_experiment, list(graphs), graphs)
     bars = {}
     for q, run in per_set.items():
         bm25 = list(experiment_runs(runs, "table1/bm25", [q], run.config["dataset"]["name"]).values())
@@ -98,7 +102,7 @@ def figure3(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
     for i, (g, t) in enumerate(zip(global_share, text_share)):
         ax.text(i + 0.32, g / 2, f"{g:.1f}%", va="center", fontsize=8)
         ax.text(i + 0.32, g + (100 - g) / 2, f"{100 - g:.1f}%", va="center", fontsize=8)
-    ax.set_xticks(x, list(bars))
+    ax.set_xticks(x, [f"{q}\non {graphs[q]}" for q in bars], fontsize=8)
     ax.set_xlim(-0.5, len(bars) - 0.2)
     ax.set_ylabel("%")
     ax.set_ylim(0, 100)
@@ -120,26 +124,31 @@ def figure4(runs, distill_dir: Path, out: Path) -> list[Path]:
             block = [r for r in of_set if r["n_queries"] == n]
             students = [r for r in block if r["order"] == 4 and train_samples(r["run_data"].config, distill_dir)]
             if students and len(students) == len({r["method"] for r in of_set if r["order"] == 4}):
-                points = sorted((train_samples(r["run_data"].config, distill_dir), 100 * r["hit@1"])
-                                for r in students)
-                teacher = [100 * r["hit@1"] for r in block if r["teacher"]]
-                base = [100 * r["hit@1"] for r in block if r["order"] in (2, 3)]
-                panels[q] = (n, points, teacher[:1], max(base) if base else None)
+                points = sorted((train_samples(r["run_data"].config, distill_dir),
+                                 estimate(r["run_data"], "hit@1", set(r["ids"]))) for r in students)
+                teacher = [estimate(r["run_data"], "hit@1", set(r["ids"])) for r in block if r["teacher"]]
+                base = [estimate(r["run_data"], "hit@1", set(r["ids"])) for r in block if r["order"] in (2, 3)]
+                graph = block[0]["run_data"].config["dataset"]["name"]
+                panels[q] = (n, graph, points, teacher[:1], max(base, key=lambda e: e.value) if base else None)
                 break
     if not panels:
         return []
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
-    for ax, (q, (n, points, teacher, base)) in zip(axes[0], panels.items()):
-        xs, ys = zip(*points)
-        ax.plot(xs, ys, "o-", label="student (LoRA on SmolLM2)")
-        for value in teacher:
-            ax.axhline(value, color="tab:green", ls="--", label="teacher (rules)")
+    for ax, (q, (n, graph, points, teacher, base)) in zip(axes[0], panels.items()):
+        xs, es = zip(*points)
+        ys = [e.value for e in es]
+        ax.errorbar(xs, ys, yerr=[[e.value - e.lo for e in es], [e.hi - e.value for e in es]], fmt="o-", capsize=3,
+                    label="student (LoRA on SmolLM2), 95 % interval")
+        for e in teacher:
+            ax.axhline(e.value, color="tab:green", ls="--", label="teacher (rules), its interval shaded")
+            ax.axhspan(e.lo, e.hi, color="tab:green", alpha=0.12)
         if base is not None:  # the base model: the student of 0 trajectories
-            ax.axhline(base, color="tab:red", ls=":")
-            ax.plot([0], [base], "X", color="tab:red", ms=9, clip_on=False, label="base SmolLM2")
+            ax.axhline(base.value, color="tab:red", ls=":")
+            ax.errorbar([0], [base.value], yerr=[[base.value - base.lo], [base.hi - base.value]], fmt="X",
+                        color="tab:red", ms=9, capsize=3, clip_on=False, label="base SmolLM2")
         ax.set_xlabel("teacher trajectories")
         ax.set_ylabel(f"Hit@1 (x100), first {n} test queries")
-        ax.set_title(q)
+        ax.set_title(f"{q} on {graph}, n={n}", fontsize=9)
         ax.set_ylim(-3, 103)  # lines at 0 and 100 (base model, a perfect teacher) stay inside the frame
         ax.set_xlim(-3, 1.2 * max(xs))
     legend = {}  # one legend, right of the panels, where it covers no point
@@ -147,13 +156,14 @@ def figure4(runs, distill_dir: Path, out: Path) -> list[Path]:
         legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
     axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1),
                        frameon=False)
-    fig.suptitle("Figure 4: distillation budget on BioKG")
+    fig.suptitle("Figure 4: distillation budget on BioKG (case reports on the full graph: leaky for them)",
+                 fontsize=10)
     return [_save(fig, out / "figure4_distillation_budget.png")]
 
 
-def figure5(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
+def figure5(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> list[Path]:
     """Histogram of neighborhood calls per trajectory, successful (own Hit@5) vs failed."""
-    per_set = experiment_runs(runs, ark_experiment, query_sets)
+    per_set = experiment_runs(runs, ark_experiment, list(graphs), graphs)
     if not per_set:
         return []
     fig, axes = plt.subplots(1, len(per_set), figsize=(4.2 * len(per_set), 3.4), squeeze=False)
@@ -168,7 +178,7 @@ def figure5(runs, query_sets, ark_experiment: str, out: Path) -> list[Path]:
         ax.set_xticks(range(0, top + 1, max(1, -(-top // 12))))  # at most ~13 labels: wider counts would overlap
         ax.set_xlabel("neighborhood calls per trajectory")
         ax.set_ylabel("trajectories")
-        ax.set_title(q)
+        ax.set_title(f"{q} on {graphs[q]}, {len(run.records)} queries", fontsize=9)
         ax.legend(fontsize=8)
     fig.suptitle(f"Figure 5: neighborhood calls per trajectory, {ark_setting(ark_experiment)['backbone']} on BioKG")
     return [_save(fig, out / "figure5_neighborhood_calls.png")]
@@ -183,7 +193,8 @@ def _save(fig, path: Path) -> Path:
 
 
 def biokg_figures(runs, cfg_report, distill_dir: Path, out: Path) -> list[Path]:
-    qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
-    return (figure2(runs, qs, ark_setting(ark), out) + figure3(runs, qs, ark, out)
-            + figure4(runs, distill_dir, out) + figure5(runs, qs, ark, out))
+    ark, graph_of = cfg_report["ark"], dict(cfg_report["graph_of"])
+    graphs = {q: graph_of.get(q, "biokg") for q in cfg_report["query_sets"]}  # as Table 1 scores each query set
+    return (figure2(runs, graphs, ark_setting(ark), out) + figure3(runs, graphs, ark, out)
+            + figure4(runs, distill_dir, out) + figure5(runs, graphs, ark, out))
 

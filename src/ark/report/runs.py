@@ -105,14 +105,16 @@ def experiment_config(experiment: str, dataset: str, queries: str, paths: tuple)
     return compose([f"dataset={dataset}", f"queries={queries}", f"+experiment={experiment}", "logger=none", *paths])
 
 
-def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: str = "biokg") -> dict[str, RunData]:
+def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: str | dict = "biokg"
+                    ) -> dict[str, RunData]:
     """{query set: its run of ``+experiment=<experiment>``}: the run of the row's stage (``row_settings``) whose stored
-    identity is what the experiment file composes to on that query set (values each machine resolves for itself
-    aside); query sets with no such run are left out."""
+    identity is what the experiment file composes to on that query set and graph (``dataset``: a graph, or {query
+    set: its graph}, biokg where it names none; values each machine resolves for itself aside); query sets with no
+    such run are left out."""
     row = row_settings(experiment)
     found = {}
     for q in (q for q in query_sets if q in row.get("query_sets", query_sets)):
-        match = experiment_sweep(runs, experiment, q, dataset)
+        match = experiment_sweep(runs, experiment, q, dataset.get(q, "biokg") if isinstance(dataset, dict) else dataset)
         if match:
             found[q] = match[0]
     return found

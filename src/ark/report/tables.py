@@ -200,9 +200,21 @@ def ark_setting(experiment: str) -> dict:
     return {"backbone": c.backbone.name, "n_agents": c.agent.n_agents, "T_max": c.agent.T_max}
 
 
-def row_runs(runs, table: str, query_sets) -> list[tuple[str, dict[str, RunData]]]:
-    """(label, {query set: run}) of each row of a table, from its experiment files (``conf/experiment/<table>/``)."""
-    return [(row_settings(e).get("label", e), experiment_runs(runs, e, query_sets)) for e in table_rows(table)]
+def row_runs(runs, table: str, graphs: dict[str, str]) -> list[tuple[str, dict[str, RunData]]]:
+    """(label, {query set: run}) of each row of a table, from its experiment files (``conf/experiment/<table>/``),
+    each query set on its graph (``graphs``)."""
+    return [(row_settings(e).get("label", e), experiment_runs(runs, e, list(graphs), graphs)) for e in table_rows(table)]
+
+
+def where(rows) -> str:
+    """What a table's runs were scored on, from the runs themselves: each query set's graph, split and number of
+    queries (``rows``: (label, {query set: run}) pairs; a set's first run speaks for it)."""
+    seen = {}
+    for _, per_set in rows:
+        for q, r in per_set.items():
+            seen.setdefault(q, f"{q} on {r.config['dataset']['name']}, {r.config['split']}, "
+                               f"n={r.metrics.get('n_queries')}")
+    return "Scored on: " + "; ".join(seen.values()) + "." if seen else ""
 
 
 def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, graphs_loaded: dict | None = None,
@@ -236,10 +248,11 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, 
                    + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
                    f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
                    "version of this table is stark_table1.md.")
-    for label, per_set in table1_rows(runs, graphs):
+    rows = table1_rows(runs, graphs)
+    for label, per_set in rows:
         t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
               + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
-    t.note += f" Intervals: {METHOD}."
+    t.note += f" {where(rows)} Intervals: {METHOD}."
     sets = answerable_sets(answerable)
     for q in sets if graphs_loaded and queries_root else ():
         if graphs[q] in graphs_loaded:
@@ -250,12 +263,7 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, 
 
 def table1_rows(runs, graphs: dict[str, str]) -> list[tuple[str, dict[str, RunData]]]:
     """(label, {query set: run}) of Table 1's rows that have runs, each query set on its graph (``graphs``)."""
-    rows = []
-    for experiment in table_rows("table1"):
-        per_set = {q: r for q, g in graphs.items() for r in experiment_runs(runs, experiment, [q], dataset=g).values()}
-        if per_set:
-            rows.append((row_settings(experiment).get("label", experiment), per_set))
-    return rows
+    return [(label, per_set) for label, per_set in row_runs(runs, "table1", graphs) if per_set]
 
 
 def table1_paired(runs, query_sets, ark_experiment: str, graph_of: dict) -> Table:
@@ -266,11 +274,12 @@ def table1_paired(runs, query_sets, ark_experiment: str, graph_of: dict) -> Tabl
     t = Table("table1_paired", f"Table 1, paired: {ark_label} minus each other method on the same queries "
                                "(difference x100, 95 % interval, p)",
               ["compared with"] + [c for q in query_sets for c in (*(f"{q} {LABEL[m]} diff" for m in metrics), f"{q} n")],
-              note=f"Graphs: {', '.join(f'{q} on {g}' for q, g in graphs.items())}; test split. Each difference is "
+              note="Each difference is "
                    f"{ark_label}'s mean minus the other method's on the queries both scored; {METHOD}, the same draws "
                    "for both methods; p: two-sided bootstrap p of the difference. A difference whose interval "
                    "covers 0 is not established.")
     rows = dict(table1_rows(runs, graphs))
+    t.note = f"{where(rows.items())} {t.note}"
     ark = rows.pop(ark_label, {})
     for label, per_set in rows.items():
         cells = []
@@ -301,15 +310,17 @@ def answerable_count(query_set, graph, split_file: Path) -> str:
     return f"{sum(query_set.answerable(graph, r['answer_ids']) for r in rows)} of {len(rows)}"
 
 
-def table2(runs, query_sets, ark_experiment: str, split: str) -> Table:
+def table2(runs, graphs: dict[str, str], ark_experiment: str, split: str) -> Table:
     ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20")
+    query_sets = list(graphs)
     t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
-              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split. "
-                   f"Intervals: {METHOD}.")
-    for label, per_set in row_runs(runs, "table2", query_sets):
+              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
+    rows = row_runs(runs, "table2", graphs)
+    for label, per_set in rows:
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+    t.note += f" {where(rows)} Intervals: {METHOD}."
     return t
 
 
@@ -326,15 +337,16 @@ def fused_scores(run: RunData, method: str) -> dict:
                        value=pct(means[m])) for m in METRICS}
 
 
-def table3(runs, query_sets, ark_experiment: str) -> Table:
+def table3(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
+    query_sets = list(graphs)
     t = Table("table3", f"Table 3: aggregation of the same {ark['n_agents']}-agent runs on BioKG, test split (x100)",
               ["aggregation"] + metric_columns(query_sets, metrics),
               note="Computed from the per-agent answer lists stored in Table 1's ARK runs (not rerun): voting ranks "
-                   "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20. "
-                   f"Intervals: {METHOD}.")
-    per_set = experiment_runs(runs, ark_experiment, query_sets)
+                   "by agent count, ordering concatenates, random shuffles the union (seeded); each cut at 20.")
+    per_set = experiment_runs(runs, ark_experiment, query_sets, graphs)
+    t.note += f" {where([('ark', per_set)])} Intervals: {METHOD}."
     for method in AGGREGATIONS:
         if per_set:
             scored = {q: fused_scores(r, method) for q, r in per_set.items()}
@@ -343,28 +355,33 @@ def table3(runs, query_sets, ark_experiment: str) -> Table:
     return t
 
 
-def table4(runs, query_sets) -> Table:
+def table4(runs, graphs: dict[str, str]) -> Table:
     metrics = ("hit@1", "recall@20", "mrr")
     split = experiment_config(table_rows("table4")[0], "biokg", "synthetic", ()).split
+    query_sets = list(graphs)
     t = Table("table4", f"Table 4: BM25 vs dense relevance inside ARK on BioKG, {split} split (x100)",
               ["relevance"] + metric_columns(query_sets, metrics),
               note="The relevance function ranks both global search and the neighborhood (rel(q, d_V(u))); "
-                   "dense: cosine of all-MiniLM-L6-v2 embeddings. The whole test split, as the paper's Table 4. "
-                   f"Intervals: {METHOD}.")
-    for label, per_set in row_runs(runs, "table4", query_sets):
+                   "dense: cosine of all-MiniLM-L6-v2 embeddings. The whole test split, as the paper's Table 4.")
+    rows = row_runs(runs, "table4", graphs)
+    for label, per_set in rows:
         if per_set:
             t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+    t.note += f" {where(rows)} Intervals: {METHOD}."
     return t
 
 
-def table8(runs, query_sets, ark_experiment: str) -> Table:
+def table8(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
+    query_sets = list(graphs)
     t = Table("table8", "Table 8: cost-controlled budgets on BioKG, test split (x100)",
               ["budget"] + metric_columns(query_sets, metrics) + ["steps per query"],
               note=f"Both settings allow 30 steps per query. {ark['backbone']} is scripted: it finishes in at most "
-                   f"3 steps, so a larger T_max cannot help it; more agents can (voting). Intervals: {METHOD}.")
-    for label, per_set in row_runs(runs, "table8", query_sets):
+                   "3 steps, so a larger T_max cannot help it; more agents can (voting).")
+    rows = row_runs(runs, "table8", graphs)
+    t.note += f" {where(rows)} Intervals: {METHOD}."
+    for label, per_set in rows:
         if per_set:
             steps = [sum(a.steps for rec in r.records for a in rec.agents) / len(r.records) for r in per_set.values()]
             t.add([label] + metric_cells(per_set, query_sets, metrics)
@@ -395,13 +412,14 @@ TOOL_USE = {"only global search %": lambda x: x["global_calls"] and not x["neigh
             "neither or neighborhood only %": lambda x: not x["global_calls"]}
 
 
-def table9(runs, query_sets, ark_experiment: str) -> Table:
+def table9(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     t = Table("table9", "Table 9: tool use per trajectory on BioKG, test split (% of the trajectories)",
               ["trajectories", "query set", "n", *TOOL_USE],
               note="As the paper's Table 9: each group's share among all trajectories, and among the successful "
                    "ones (the trajectory's own answer list has a gold node in its top 5, Hit@5). Computed from "
                    "Table 1's ARK runs.")
-    found = experiment_runs(runs, ark_experiment, query_sets)
+    found = experiment_runs(runs, ark_experiment, list(graphs), graphs)
+    t.note += f" {where([('ark', found)])}"
     for which, keep in (("all", lambda x: True), ("successful", lambda x: x["hit@5"] > 0)):
         for q, run in found.items():
             rows = [x for x in trajectory_rows(run) if keep(x)]
@@ -410,14 +428,16 @@ def table9(runs, query_sets, ark_experiment: str) -> Table:
     return t
 
 
-def table10(runs, query_sets, ark_experiment: str) -> Table:
+def table10(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     t = Table("table10", "Table 10: re-anchoring (a global search after the first step) on BioKG, test split (%)",
               ["query set", "all trajectories", "re-anchoring %", "successful trajectories", "re-anchoring %"],
               note="As the paper's Table 10: the share of trajectories that search the whole graph again after step "
                    f"1, among all and among the successful ones (Hit@5, as in Table 9). "
                    f"{ark_setting(ark_experiment)['backbone']} searches once, at its first step, by construction: "
                    "its share is 0 and says nothing about a language model's.")
-    for q, run in experiment_runs(runs, ark_experiment, query_sets).items():
+    found = experiment_runs(runs, ark_experiment, list(graphs), graphs)
+    t.note += f" {where([('ark', found)])}"
+    for q, run in found.items():
         rows = trajectory_rows(run)
         good = [x for x in rows if x["hit@5"] > 0]
         reanchored = lambda x: x["reanchored"]  # noqa: E731
@@ -556,8 +576,11 @@ def table5(runs, distill_dir: Path) -> Table:
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
                    "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
                    "every run that covers the first n test queries, scored on exactly those n (a longer run appears "
-                   f"in a block with its first n). Intervals: {METHOD}.", keys=3)
-    for r in distillation_rows(runs, distill_dir):
+                   "in a block with its first n). Its case-report rows are on the full graph, leaky for them (they "
+                   "are not yet run on the leave-publication-out graph).", keys=3)
+    found = distillation_rows(runs, distill_dir)
+    t.note += f" {where([('', {r['queries']: r['run_data']}) for r in found])} Intervals: {METHOD}."
+    for r in found:
         share = r.get("teacher_hit1_share")
         run = r["run_data"]
         ids = None if set(r["ids"]) == set(run.scores) else set(r["ids"])  # all its queries: its published means
@@ -572,8 +595,9 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
     graph_of = dict(cfg_report["graph_of"])
+    on = {q: graph_of.get(q, "biokg") for q in qs}  # each query set on the graph Table 1 scores it on
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
-            table1(runs, qs, ark), table2(runs, qs, ark, split), table3(runs, qs, ark), table4(runs, qs),
+            table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
             table5(runs, distill_dir), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
-            table8(runs, qs, ark), table9(runs, qs, ark), table10(runs, qs, ark)]
+            table8(runs, on, ark), table9(runs, on, ark), table10(runs, on, ark)]
