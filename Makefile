@@ -11,7 +11,7 @@ UV ?= uv
 # requirements/gpu.txt (CUDA torch from PyPI), both resolved from pyproject.toml's ranges and constraints.txt
 LOCK_ARGS := --custom-compile-command 'make lock' pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes
 
-.PHONY: install lock repro pull test test-all bench
+.PHONY: install lock repro check pull test test-all bench
 
 $(BIN)/.installed: requirements/cpu.txt requirements/no-deps.txt pyproject.toml
 	rm -rf $(VENV)  # from scratch: a package the lock dropped must not linger
@@ -41,6 +41,11 @@ repro: install
 	ARK_WANDB_GROUP="$$group" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro 2>&1 \
 	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin]' \
 	  | tee "logs/repro/$$group.log"
+
+# after `make repro`: every BioKG table cell against results/expected.json, each within its tolerance (exact where
+# the computation is the same on any CPU); prints per table what matched and names what did not
+check: install
+	$(BIN)/python -m ark.report.check
 
 # every stage's outputs from the DVC remote you configured (docs/pipeline.md: "Sharing results")
 pull: install

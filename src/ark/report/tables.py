@@ -25,6 +25,7 @@ from ark.eval.trajectories import run_statistics, steps
 from ark.io import read_jsonl
 from ark.report.intervals import METHOD, Estimate, bootstrap, bootstrap_average, paired
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
+from ark.runs.identity import portable
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 LABEL = {"hit@1": "Hit@1", "hit@5": "Hit@5", "recall@20": "R@20", "mrr": "MRR"}
@@ -41,6 +42,7 @@ class Table:
     runs: dict[str, list[str]] = field(default_factory=dict)  # row label -> run directories behind it
     labels: list[str] = field(default_factory=list)  # one per row: its first cell unless given
     keys: int = 1  # the leading columns that say what a row is: repeated in each Markdown block
+    machine_dependent: list[str] = field(default_factory=list)  # rows whose runs depend on the CPU (ark.report.check)
 
     def add(self, cells: list, runs: list[RunData] = (), label: str | None = None) -> None:
         label = str(cells[0]) if label is None else label
@@ -50,6 +52,8 @@ class Table:
         self.labels.append(label)
         if runs:
             self.runs[label] = [str(r.dir) for r in runs]
+        if any(portable(r.config) != r.config for r in runs):  # a value this machine resolved: dtype, bf16, threads
+            self.machine_dependent.append(label)
 
     def markdown(self) -> str:
         lines = textwrap.wrap(f"**{self.title}**", WIDTH) + [""]
