@@ -421,36 +421,43 @@ def table9(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
               ["trajectories", "query set", "n", *TOOL_USE],
               note="As the paper's Table 9: each group's share among all trajectories, and among the successful "
                    "ones (the trajectory's own answer list has a gold node in its top 5, Hit@5). Computed from "
-                   "Table 1's ARK runs.")
+                   "Table 1's ARK runs.", keys=2)
     found = experiment_runs(runs, ark_experiment, list(graphs), graphs)
-    t.note += f" {where([('ark', found)])}"
+    t.note += f" {where([('ark', found)])} Intervals: {METHOD} (a query's trajectories move together)."
     for which, keep in (("all", lambda x: True), ("successful", lambda x: x["hit@5"] > 0)):
         for q, run in found.items():
             rows = [x for x in trajectory_rows(run) if keep(x)]
-            t.add([which, q, len(rows), *[_share(rows, test) for test in TOOL_USE.values()]], [run],
+            t.add([which, q, len(rows), *[_share(rows, test, run.units()) for test in TOOL_USE.values()]], [run],
                   label=f"{which} / {q}")
     return t
 
 
 def table10(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     t = Table("table10", "Table 10: re-anchoring (a global search after the first step) on BioKG, test split (%)",
-              ["query set", "all trajectories", "re-anchoring %", "successful trajectories", "re-anchoring %"],
+              ["query set", "all trajectories", "all: re-anchoring %", "successful trajectories",
+               "successful: re-anchoring %"],
               note="As the paper's Table 10: the share of trajectories that search the whole graph again after step "
                    f"1, among all and among the successful ones (Hit@5, as in Table 9). "
                    f"{ark_setting(ark_experiment)['backbone']} searches once, at its first step, by construction: "
                    "its share is 0 and says nothing about a language model's.")
     found = experiment_runs(runs, ark_experiment, list(graphs), graphs)
-    t.note += f" {where([('ark', found)])}"
+    t.note += f" {where([('ark', found)])} Intervals: {METHOD} (a query's trajectories move together)."
     for q, run in found.items():
         rows = trajectory_rows(run)
         good = [x for x in rows if x["hit@5"] > 0]
         reanchored = lambda x: x["reanchored"]  # noqa: E731
-        t.add([q, len(rows), _share(rows, reanchored), len(good), _share(good, reanchored)], [run])
+        units = run.units()
+        t.add([q, len(rows), _share(rows, reanchored, units), len(good), _share(good, reanchored, units)], [run])
     return t
 
 
-def _share(rows: list[dict], test) -> float | None:
-    return round(100 * sum(bool(test(x)) for x in rows) / len(rows), 2) if rows else None
+def _share(rows: list[dict], test, units: dict[str, str]) -> Estimate | None:
+    """The share (x100) of the trajectories ``rows`` that pass ``test``, with its interval (the trajectories of one
+    query, and the queries of one unit, resampled together)."""
+    if not rows:
+        return None
+    e = bootstrap([float(bool(test(x))) for x in rows], [units[x["query"]] for x in rows]).scaled(100)
+    return replace(e, value=round(100 * sum(bool(test(x)) for x in rows) / len(rows), 2))
 
 
 # --------------------------------------------------------------------------------- data tables (Tables 6, 7)
