@@ -74,7 +74,7 @@ def figure2(runs, graphs: dict[str, str], ark, out: Path) -> list[Path]:
 
 def figure3(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> list[Path]:
     """The paper's Figure 3 on BioKG, per query set: ARK's tool calls split into global search and neighborhood
-    exploration (thick bars) beside its queries split into text-centric and relation-centric (thin bars). STaRK's
+    exploration, and below them its queries split into text-centric and relation-centric (one named bar each). STaRK's
     query types are human annotations; BioKG has none, so a query counts as text-centric when one global BM25 search
     (Table 1's BM25 run on the same graph) has a gold node in its top 20, relation-centric otherwise. The split is
     read from scores after the runs; no agent sees it."""
@@ -91,23 +91,31 @@ def figure3(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> lis
         bars[q] = (100 * sum(x["global_calls"] for x in rows) / calls, 100 * text)
     if not bars:
         return []
-    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(bars), 3.8))
-    x = np.arange(len(bars))
-    global_share, text_share = (np.array(v) for v in zip(*bars.values()))
-    ax.bar(x, global_share, 0.6, color="tab:blue", alpha=0.45, label="ARK calls: global search")
-    ax.bar(x, 100 - global_share, 0.6, bottom=global_share, color="tab:orange", alpha=0.45,
-           label="ARK calls: neighborhood")
-    ax.bar(x, text_share, 0.14, color="tab:blue", label="queries: text-centric (BM25 top 20 has a gold node)")
-    ax.bar(x, 100 - text_share, 0.14, bottom=text_share, color="tab:orange", label="queries: relation-centric")
-    for i, (g, t) in enumerate(zip(global_share, text_share)):
-        ax.text(i + 0.32, g / 2, f"{g:.1f}%", va="center", fontsize=8)
-        ax.text(i + 0.32, g + (100 - g) / 2, f"{100 - g:.1f}%", va="center", fontsize=8)
-    ax.set_xticks(x, [f"{q}\non {graphs[q]}" for q in bars], fontsize=8)
-    ax.set_xlim(-0.5, len(bars) - 0.2)
-    ax.set_ylabel("%")
-    ax.set_ylim(0, 100)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
-    ax.set_title(f"Figure 3: tool use against query type, {ark_setting(ark_experiment)['backbone']} on BioKG",
+    # one horizontal 100 % bar per measure and query set, each part named and numbered where it is drawn
+    parts = {"ARK's tool calls": (("global search", "tab:blue"), ("neighborhood", "tab:orange")),
+             "its queries": (("text-centric", "tab:green"), ("relation-centric", "tab:purple"))}
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 1.1 * len(bars)))
+    labels, y = [], 0
+    for q, (global_share, text_share) in bars.items():
+        for measure, first in (("ARK's tool calls", global_share), ("its queries", text_share)):
+            left = 0.0
+            for (name, color), width in zip(parts[measure], (first, 100 - first)):
+                ax.barh(y, width, left=left, color=color, alpha=0.8, height=0.8)
+                if width >= 12:  # room for its words
+                    ax.text(left + width / 2, y, f"{name} {width:.1f}%", ha="center", va="center", fontsize=8,
+                            color="white")
+                elif width > 0:
+                    ax.text(left + width + 0.5, y, f"{width:.1f}%", ha="left", va="center", fontsize=7)
+                left += width
+            labels.append(f"{q} on {graphs[q]}: {measure}")
+            y += 1
+        y += 0.5
+    ax.set_yticks([i + 0.5 * (i // 2) for i in range(len(labels))], labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% (tool calls of all ARK trajectories; queries: text-centric when one BM25 search has a gold node "
+                  "in its top 20)", fontsize=8)
+    ax.set_title(f"Figure 3: tool use against query type, {ark_setting(ark_experiment)['backbone']}, test split",
                  fontsize=10)
     return [_save(fig, out / "figure3_tool_use_by_query_type.png")]
 

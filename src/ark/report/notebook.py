@@ -15,6 +15,33 @@ def table(name: str, results: Path = RESULTS):
     return pd.read_csv(results / "tables" / f"{name}.csv")
 
 
+def bars(frame, label: str, columns: list[str], xlabel: str, names=None):
+    """Horizontal grouped bars of ``columns`` (one group per row, named by its ``label`` column), with each
+    column's 95 % interval where the table has its bounds (``<column> lo``, ``<column> hi``); the legend beside the
+    plot, where it covers no bar. ``names``: how the legend names a column."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = names or (lambda c: c)
+    rows = list(frame[label])
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * len(rows) * max(1, len(columns)) ** 0.5))
+    height = 0.8 / len(columns)
+    for i, c in enumerate(columns):
+        y = np.arange(len(rows)) + (i - (len(columns) - 1) / 2) * height
+        values = frame[c].to_numpy(dtype=float)
+        err = None
+        if f"{c} lo" in frame and f"{c} hi" in frame:
+            err = np.vstack([values - frame[f"{c} lo"].to_numpy(dtype=float),
+                             frame[f"{c} hi"].to_numpy(dtype=float) - values])
+        ax.barh(y, values, height, xerr=err, capsize=2, label=names(c), error_kw={"elinewidth": 0.8})
+    ax.set_yticks(np.arange(len(rows)), rows, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.tight_layout()
+    return ax
+
+
 def figure(name: str, results: Path = RESULTS) -> None:
     """Display a report figure (a missing one is an error: run `dvc repro report`)."""
     from IPython.display import Image, display
