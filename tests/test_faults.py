@@ -155,18 +155,22 @@ def test_the_scrub_knows_the_runs_keys_and_leaves_a_clean_reply_untouched():
 
 
 # ------------------------------------------------------------------ the canary: no file holds the key
-def test_a_credential_inside_the_endpoint_url_is_in_no_file_the_run_writes(six_queries, tmp_path):
-    """``api_base`` with user info (https://user:secret@host/v1; the OpenAI client cannot connect through such a URL, so
-    every call fails and is recorded): neither the run (identity, config.yaml, the recorded errors), nor Hydra's
-    .hydra/*.yaml, nor the logs keep the secret."""
+def test_a_credential_inside_the_endpoint_url_is_refused_and_in_no_file_the_run_writes(six_queries, tmp_path):
+    """``api_base`` with user info (https://user:secret@host/v1), which litellm cannot send as a credential: one
+    line, exit 2, before any call; Hydra's .hydra/*.yaml, which Hydra writes before the stage runs, keep the URL with
+    its credential replaced, and no file, log or message holds the secret."""
     secret = "URLSECRET-9f3b2c"
     out = tmp_path / "url"
-    with FaultEndpoint(faults=()).serve() as server:
+    endpoint = FaultEndpoint(faults=())
+    with endpoint.serve() as server:
         url = server.url.replace("http://", f"http://ark:{secret}@", 1)
         done = run_stage(stage_args(six_queries, url, out, None, "eval.allow_incomplete=true"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: backbone 'gpt-4.1': backbone.api_base carries a credential (user:password@ or a key in its query), "
+        "which litellm does not send as one: give the server's plain URL and the key in the environment variable "
+        "backbone.api_key_env names"], done.stderr[-2000:]
+    assert endpoint.log == [] and not list(tmp_path.rglob("records.jsonl"))
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert {"config.yaml", "records.jsonl"} <= {p.name for p in files}
     overrides = next(p for p in files if p.parent.name == ".hydra" and p.name == "overrides.yaml").read_text()
     assert f"http://{MARKER}@127.0.0.1" in overrides  # it was there, and was replaced
     assert [str(p) for p in files if secret.encode() in p.read_bytes()] == []

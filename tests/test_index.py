@@ -120,13 +120,15 @@ def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
 
     import ark.llm.weights as weights
     from ark.build import relevance, spec
+    from ark.io import checksums
     from ark.runs.identity import identity
     from tests.conftest import compose_cfg
 
     index_dir = tmp_path / "dense"
     DenseIndex.build(DOCS, bf16=False).save(index_dir)
     settings = {"name": "dense", "params": {"bf16": False}}
-    (index_dir / "info.json").write_text(json.dumps({"retriever": "dense", "num_docs": 5, "settings": settings}))
+    (index_dir / "info.json").write_text(json.dumps({"retriever": "dense", "num_docs": 5, "settings": settings,
+                                                     "files": checksums(index_dir)}))
     monkeypatch.setattr(weights, "cpu_has_bf16", lambda: True)  # this CPU would choose bf16
     cfg = compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}"])
     loaded = relevance(spec(cfg))

@@ -103,6 +103,28 @@ def npy(name, change, checksums=True):
     return damage
 
 
+def index_npy(change):
+    """The BM25 index's postings (its first .npy in name order) changed in place, or cut (``change`` None)."""
+    def damage(p):
+        path = sorted((p / "data/index/biokg/bm25").glob("*.npy"))[0]
+        if change is None:
+            path.write_bytes(path.read_bytes()[:-8])
+            return
+        a = np.load(path)
+        change(a)
+        np.save(path, a)
+    return damage
+
+
+def index_info(change):
+    def damage(p):
+        path = p / "data/index/biokg/bm25/info.json"
+        info = json.loads(path.read_text())
+        change(info)
+        path.write_text(json.dumps(info))
+    return damage
+
+
 def set_at(i, value):
     def change(a):
         a[i] = value
@@ -257,9 +279,16 @@ CASES = [
     ("graph-nbr-out-of-range", "evaluate", [], npy("nbr", set_at(3, 10**6)), "csr_nbr.npy: its size or checksum",
      True),
     ("graph-nbr-out-of-range-unsummed", "evaluate", [], npy("nbr", set_at(3, 10**6), checksums=False),
-     "csr_nbr.npy: expected", False),
-    ("graph-rel-unsummed", "baseline", [], npy("rel", set_at(0, 99), checksums=False), "csr_rel.npy: expected",
-     False),
+     "has no file checksums in summary.json", False),
+    ("graph-rel-unsummed", "baseline", [], npy("rel", set_at(0, 99), checksums=False),
+     "has no file checksums in summary.json", False),
+    ("graph-summary-removed", "evaluate", [], remove("data/graph/biokg/summary.json"), "has no summary.json", False),
+    # index files: posting ids shifted by one (a valid .npy of the same size), a file cut, no checksums
+    ("index-postings-shifted", "evaluate", [], index_npy(lambda a: a.__setitem__(slice(None), (a + 1) % a.max())),
+     "damaged index file", False),
+    ("index-file-cut", "baseline", [], index_npy(None), "damaged index file", False),
+    ("index-no-checksums", "evaluate", [], index_info(lambda info: info.pop("files")),
+     "has no file checksums in info.json", False),
     ("graph-nbr-negative", "baseline", [], npy("nbr", set_at(0, -1)), "csr_nbr.npy", False),
     ("graph-indptr", "evaluate", [], npy("indptr", swap_indptr), "csr_indptr.npy", False),
     ("graph-indptr-end", "evaluate", [], npy("indptr", set_at(-1, 7)), "csr_indptr.npy", False),
@@ -354,9 +383,14 @@ CASES = [
      "backbone.context_window must be null or an integer >= 1", False),
     ("hosted-api_base-not-a-url", "evaluate", ["backbone=gpt-4.1", "backbone.api_base=not-a-url"], None,
      "backbone.api_base must be null or an http(s):// URL", False),
+    ("hosted-api_base-with-a-credential", "evaluate", ["backbone=gpt-4.1", "backbone.api_base=http://u:sk-1@h.org/v1"],
+     None, "backbone.api_base carries a credential", False),
     ("hosted-model-empty", "evaluate", ["backbone=gpt-4.1", "backbone.model=''"], None,
      "backbone.model must name a model", False),
     ("max-cost-nan", "evaluate", ["eval.max_cost_usd=nan"], None, "eval.max_cost_usd must be null or a number",
+     False),
+    ("cap-on-an-unpriced-model", "evaluate", ["backbone=gpt-4.1", "backbone.model=openai/my-proxy-alias",
+                                              "eval.max_cost_usd=0.01"], None, "has no price in litellm's price map",
      False),
     ("retry-max_attempts-0", "evaluate", ["llm.retry.max_attempts=0"], None,
      "llm.retry.max_attempts must be an integer >= 1", True),
@@ -391,8 +425,8 @@ CASES = [
     ("queries-empty-file", "evaluate", [], write("data/queries/biokg/synthetic/test.jsonl", ""), "no queries in",
      False),
     # index and graph files
-    ("index-missing", "baseline", [], remove("data/index/biokg/bm25"), "no BM25 index at", False),
-    ("index-missing-file", "evaluate", [], remove("data/index/biokg/bm25/data.csc.index.npy"), "damaged bm25 index",
+    ("index-missing", "baseline", [], remove("data/index/biokg/bm25"), "no index at", False),
+    ("index-missing-file", "evaluate", [], remove("data/index/biokg/bm25/data.csc.index.npy"), "damaged index file",
      False),
     ("index-info-not-json", "evaluate", [], write("data/index/biokg/bm25/info.json", "{"), "info.json", False),
     ("index-other-settings", "evaluate", ["retriever.params.b=0.5"], None, "was built with other retriever settings",

@@ -333,9 +333,9 @@ def test_a_second_process_on_an_open_run_refuses_at_once(tiny_rules, tmp_path):
 def test_a_spending_cap_stops_the_run_resumably_and_a_higher_cap_completes_it(tiny_rules, tmp_path, capsys):
     """eval.max_cost_usd against litellm's cost accounting: a scripted endpoint (a test double) answers as
     openai/gpt-4.1 with 100 prompt and 20 completion tokens, $0.00036 a call at the bundled prices; each query takes
-    2 calls. A cap of $0.001 lets 2 calls out and refuses the 3rd (0.00072 + 0.00036 > 0.001): the run ends with
-    one line, exit 1, 1 of 3 queries done; a rerun with a higher cap resumes the other 2 and spends no more than
-    they need."""
+    2 calls. Each call is reserved at its worst case (its prompt's tokens and max_tokens=20) before it goes out, so
+    a cap of $0.002 stops the run before the spend could pass it: one line, exit 1, the ledger's own total in it; a
+    rerun with a higher cap resumes the rest and spends no more than they need."""
     from ark.llm.spending import Ledger
     from ark.stages import clear_errors, evaluate
 
@@ -344,18 +344,105 @@ def test_a_spending_cap_stops_the_run_resumably_and_a_higher_cap_completes_it(ti
         args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/gpt-4.1", f"backbone.api_base={server.url}",
                              "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=1",
                              "agent.T_max=3", "eval.concurrency=1", f"llm.cache={tmp_path}/llm.sqlite",
-                             "eval.progress=false"]
+                             "eval.progress=false", "backbone.max_tokens=20"]
         with pytest.raises(SystemExit) as stopped:
-            clear_errors(evaluate.run)(compose_cfg(args + ["eval.max_cost_usd=0.001"]))
+            clear_errors(evaluate.run)(compose_cfg(args + ["eval.max_cost_usd=0.002"]))
         line = [x for x in capsys.readouterr().err.strip().splitlines() if "LiteLLM" not in x]  # litellm's own noise
         assert stopped.value.code == 1 and len(line) == 1, line
-        assert line[0].startswith("incomplete: spending cap reached: $0.0007 spent of eval.max_cost_usd=$0.001")
-        assert "1 of 3 queries done, 2 left to resume" in line[0]
-        assert endpoint.calls == 2
+        run_dir = Path(line[0].split("Records: ")[1])
+        spent, _ = Ledger(run_dir / "spend.sqlite").totals()
+        assert 0 < spent <= 0.002 and spent == pytest.approx(endpoint.calls * 0.00036)
+        assert line[0].startswith(f"incomplete: spending cap reached: ${spent:.4f} spent of eval.max_cost_usd=$0.002; ")
+        assert "of 3 queries done" in line[0] and 2 <= endpoint.calls < 6
         result = evaluate.run(compose_cfg(args + ["eval.max_cost_usd=1"]))
     assert result["n_queries"] == 3 and result["n_incomplete"] == 0 and endpoint.calls == 6
     spent, top = Ledger(Path(result["run_dir"]) / "spend.sqlite").totals()
     assert spent == pytest.approx(6 * 0.00036) and top == pytest.approx(0.00036)
+
+
+def test_the_cap_holds_with_many_calls_in_flight_and_counts_the_calls_of_a_killed_run(tmp_path):
+    """Reservations, not checks: 90 calls in flight at once against a cap of 10 worst cases never spend past it, and
+    a reservation whose call never came back (a killed run) stays counted at its worst case."""
+    import asyncio
+
+    from ark.llm.spending import Ledger, SpendingCap
+
+    cap = SpendingCap("run", [(Ledger(tmp_path / "spend.sqlite"), 0.10, "eval.max_cost_usd")])
+
+    async def call():
+        held = cap.reserve(0.01)  # the worst case of one call
+        if isinstance(held, str):
+            return False
+        await asyncio.sleep(0.01)
+        cap.settle(held, 0.004)  # what it really cost
+        return True
+
+    async def many():
+        return await asyncio.gather(*(call() for _ in range(90)))
+
+    sent = sum(asyncio.run(many()))
+    spent = cap.spent()[0][1]
+    assert spent <= 0.10 and sent >= 10 and spent == pytest.approx(sent * 0.004)
+    killed = cap.reserve(0.01)  # never settled
+    assert not isinstance(killed, str)
+    assert Ledger(tmp_path / "spend.sqlite").totals()[0] == pytest.approx(spent + 0.01)
+
+
+def test_thirty_queries_of_three_agents_in_flight_stay_under_the_cap_and_the_closing_line_is_the_ledger(
+        tiny_rules, capsys):
+    """The engine end to end against a scripted endpoint (a test double) at a price of one's own: 30 queries x 3
+    agents in flight, a cap of $0.01. The ledger ends under the cap and the closing line quotes it."""
+    from ark.llm.spending import Ledger
+    from ark.stages import clear_errors, evaluate
+
+    write_split(tiny_rules, "test", [{"id": f"q{i}", "query": f"long fingers {i}", "answer_ids": [3]}
+                                     for i in range(30)])
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        # a name of its own: litellm keeps a price given with a call in its process-wide map
+        args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake-priced", f"backbone.api_base={server.url}",
+                             "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=3",
+                             "agent.T_max=3", "eval.concurrency=30", "llm.cache=null", "eval.progress=false",
+                             "backbone.max_tokens=20", "+backbone.extra.input_cost_per_token=0.000001",
+                             "+backbone.extra.output_cost_per_token=0.000001", "eval.max_cost_usd=0.01"]
+        with pytest.raises(SystemExit) as stopped:
+            clear_errors(evaluate.run)(compose_cfg(args))
+    line = [x for x in capsys.readouterr().err.strip().splitlines() if "LiteLLM" not in x]
+    assert stopped.value.code == 1 and len(line) == 1, line
+    spent, _ = Ledger(Path(line[0].split("Records: ")[1]) / "spend.sqlite").totals()
+    assert spent <= 0.01 and spent == pytest.approx(endpoint.calls * 120 * 0.000001)  # 100 + 20 tokens a call
+    print(line[0])  # what the user reads
+    assert f"${spent:.4f} spent of eval.max_cost_usd=$0.01" in line[0] and endpoint.calls > 30
+
+
+def test_a_tool_that_fails_on_most_queries_fails_the_run_with_one_line(tiny_rules, monkeypatch, capsys):
+    """A relevance index that raises on every search (a damaged index the checksums cannot see, or a bug): the run
+    ends with one line and exit 1, and no metrics a DVC stage could record as done."""
+    from ark.index.bm25 import BM25Index
+    from ark.stages import clear_errors, evaluate
+
+    def broken(self, query, k):
+        raise IndexError("index 96059 is out of bounds")
+
+    monkeypatch.setattr(BM25Index, "search", broken)
+    with pytest.raises(SystemExit) as stopped:
+        clear_errors(evaluate.run)(rules_cfg(tiny_rules))
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("failed:")]
+    assert stopped.value.code == 1 and len(err) == 1
+    assert "a tool failed (raised) in 3 of 3 queries; no metrics were written" in err[0]
+    assert not list(Path(tiny_rules[2].split("=", 1)[1]).rglob("metrics.json"))  # paths.root
+
+
+def test_a_cap_on_a_model_without_a_price_is_refused_before_the_run(tiny_rules):
+    from ark.build import spec
+    from ark.errors import UserError
+
+    base = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/my-proxy-alias", "eval.max_cost_usd=0.01"]
+    with pytest.raises(UserError, match="has no price in litellm's price map"):
+        spec(compose_cfg(base))
+    priced = spec(compose_cfg(base + ["+backbone.extra.input_cost_per_token=0.0001",
+                                      "+backbone.extra.output_cost_per_token=0.0001"]))
+    assert priced.eval.max_cost_usd == 0.01
 
 
 def test_ark_estimate_prices_the_split_from_its_first_queries(tiny_rules, tmp_path, capsys):

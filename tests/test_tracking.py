@@ -203,6 +203,9 @@ def test_no_secret_reaches_wandb_offline(tmp_path, monkeypatch):
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # W&B records the program's command line: a key in an override or in a URL must not reach its run file
+    monkeypatch.setattr(sys, "argv", ["evaluate", f"+backbone.api_key={CANARY}-arg",
+                                      f"hydra.x=http://user:{CANARY}-url@example.org/v1?api_key={CANARY}-query"])
     cfg = compose_cfg([f"paths.logs={tmp_path}/logs", "logger=wandb", "backbone=gpt-4o",
                        "+backbone.api_key=${oc.env:OPENAI_API_KEY}", "+llm.headers=[${oc.env:OPENAI_API_KEY}]"])
     (tmp_path / "t.csv").write_text("a\n1\n")

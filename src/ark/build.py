@@ -103,6 +103,12 @@ def spec(cfg: DictConfig) -> RunSpec:
     for name in ("seed", "subset_seed"):
         check_int(name, config[name], least=0)
     check_number("collect.temperature", collect.get("temperature"), none=True)
+    capped = evaluation.max_cost_usd is not None or evaluation.max_total_cost_usd is not None
+    if capped and getattr(backbone, "kind", None) == "litellm":  # a hosted model: its price must be known
+        from ark.llm.spending import token_prices, unpriced
+
+        if token_prices(backbone.model, backbone.extra) is None:
+            raise UserError(unpriced(backbone.model))
     ledger = evaluation.spend_ledger
     if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
         raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
@@ -142,14 +148,23 @@ def graph(spec: RunSpec):
 
 
 def relevance(spec: RunSpec):
-    """The index in ``dataset.index_dir``, which must have been built with the spec's retriever settings."""
+    """The index in ``dataset.index_dir``, which must have been built with the spec's retriever settings; its files
+    are checked against the checksums its build recorded in info.json."""
+    import json
+
     from ark.index import built_settings, index_settings
+    from ark.io import verify_checksums
 
     wanted = index_settings(spec.retriever, spec.index_dir)
     built = built_settings(spec.index_dir) or wanted
     if built != wanted:
         raise UserError(f"the index at {spec.index_dir} was built with other retriever settings than "
                         f"{wanted}; rebuild it (build_index) with these settings")
+    info = Path(spec.index_dir) / "info.json"
+    if not info.is_file():
+        raise UserError(f"no index at {spec.index_dir} (no info.json): build it (build_index)")
+    verify_checksums(Path(spec.index_dir), json.loads(info.read_text()).get("files"), "index", "info.json",
+                     "build_index")
     return make(spec.retriever, "retriever").load(spec.index_dir)
 
 

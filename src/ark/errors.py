@@ -12,3 +12,8 @@ class UserError(ValueError):
 
 class IncompleteRun(RuntimeError):
     """A run finished with queries whose model calls failed after their retries (exit 1; rerunning resumes)."""
+
+
+class RunFailed(RuntimeError):
+    """A run whose results cannot be trusted, e.g. a tool that failed on most queries (exit 1, one line; no metrics
+    are written)."""

@@ -84,6 +84,40 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
+FULL_HASH_BYTES = 256 << 20  # larger files are checksummed at their first and last MiB (MAG's text: ~2 s per GB)
+
+
+def file_checksum(path: Path) -> dict:
+    """Size and SHA-256 of a file (of its first and last MiB only when it is over ``FULL_HASH_BYTES``)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if size <= FULL_HASH_BYTES:
+            return {"bytes": size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+        h = hashlib.sha256(f.read(1 << 20))
+        f.seek(size - (1 << 20))
+        h.update(f.read())
+        return {"bytes": size, "sha256_ends": h.hexdigest()}
+
+
+def checksums(directory: Path, leave_out: tuple[str, ...] = ()) -> dict[str, dict]:
+    """{file name: its checksum} of the files of a built directory (what its build records beside them)."""
+    return {p.name: file_checksum(p) for p in sorted(Path(directory).iterdir())
+            if p.is_file() and p.name not in leave_out}
+
+
+def verify_checksums(directory: Path, files, what: str, record: str, stage: str) -> None:
+    """A built directory's files against the checksums its build recorded in ``record`` (``files``): one line naming
+    the file that differs, and a directory whose record holds none is refused (built before files were checked, or
+    its record was damaged)."""
+    if not isinstance(files, dict) or not files:
+        raise UserError(f"the {what} at {directory} has no file checksums in {record}: rebuild it ({stage})")
+    for name, expected in files.items():
+        path = Path(directory) / name
+        if not path.is_file() or file_checksum(path) != expected:
+            raise UserError(f"damaged {what} file {path}: its size or checksum differs from {record}; rebuild it "
+                            f"({stage})")
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

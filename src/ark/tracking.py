@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -89,6 +90,15 @@ def run_group(config: dict) -> str | None:
     return str(group) if group else sweep_label()
 
 
+def scrub_argument(argument: str, keys: list[str] | None = None) -> str:
+    """A command-line argument as W&B may record it: an override of a secret-looking key (``+backbone.api_key=…``)
+    with its value replaced, a URL's credentials and every key a run knows replaced by the marker."""
+    name, equals, value = argument.partition("=")
+    if equals and SECRET_KEY.search(name.rsplit(".", 1)[-1]) and value:
+        return f"{name}={MARKER}"
+    return scrub(scrub_urls(argument), known_keys() if keys is None else keys)
+
+
 def scrub_config(value, keys: list[str] | None = None):
     """A config (plain data) with every value under a secret-looking key, and every key a run knows
     (``ark.secrets``), replaced by the redaction marker."""
@@ -131,7 +141,12 @@ def stage_run(cfg, stage: str, run=None):
         return
     import wandb
 
-    logged = wandb.init(**wandb_settings(cfg, stage, run))
+    arguments = sys.argv[:]
+    sys.argv[:] = [scrub_argument(a) for a in arguments]  # W&B records the command line in its run file
+    try:
+        logged = wandb.init(**wandb_settings(cfg, stage, run))
+    finally:
+        sys.argv[:] = arguments
     try:
         yield logged
     except BaseException:

@@ -8,7 +8,6 @@ sorted by neighbor id (the order the posting-list intersection in ``ark.index`` 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +16,11 @@ import numpy as np
 import pandas as pd
 
 from ark.errors import UserError
-from ark.io import atomic_dir
+from ark.io import atomic_dir, checksums, verify_checksums
 
 OUT, IN = 1, 0  # direction of a CSR entry as seen from the row's node
 
 _CSR_ARRAYS = ("indptr", "nbr", "rel", "out", "eid")
-_FULL_HASH_BYTES = 256 << 20  # larger files are hashed at their first and last MiB (MAG's text: ~2 s per GB)
 
 
 @dataclass
@@ -166,7 +164,7 @@ class Graph:
                 np.save(tmp / f"csr_{a}.npy", getattr(self, a))
             schema = {"node_types": self.node_type_names, "relations": self.relation_names, "meta": self.meta}
             (tmp / "schema.json").write_text(json.dumps(schema, indent=1, ensure_ascii=False))
-            files = {p.name: _checksum(p) for p in sorted(tmp.iterdir())}
+            files = checksums(tmp)
             (tmp / "summary.json").write_text(json.dumps({**self.summary(), "files": files}, indent=1))
 
     @classmethod
@@ -214,27 +212,13 @@ class Graph:
                 raise UserError(f"damaged graph file {directory / file}: {what}; rebuild it (build_graph)")
 
 
-def _checksum(path: Path) -> dict:
-    """Size and SHA-256 of a file (of its first and last MiB only when it is over ``_FULL_HASH_BYTES``)."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        if size <= _FULL_HASH_BYTES:
-            return {"bytes": size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
-        h = hashlib.sha256(f.read(1 << 20))
-        f.seek(size - (1 << 20))
-        h.update(f.read())
-        return {"bytes": size, "sha256_ends": h.hexdigest()}
-
-
 def _verify_checksums(directory: Path) -> None:
-    """The files against the checksums the build wrote into summary.json (a graph without them is not checked)."""
-    summary = _read(directory / "summary.json", lambda p: json.loads(p.read_text(encoding="utf-8"))) \
-        if (directory / "summary.json").exists() else {}
-    for name, expected in (summary.get("files") or {}).items():
-        path = directory / name
-        if not path.exists() or _checksum(path) != expected:
-            raise UserError(f"damaged graph file {path}: its size or checksum differs from summary.json; "
-                            "rebuild it (build_graph)")
+    """The files against the checksums the build wrote into summary.json; a graph without them is refused."""
+    if not (directory / "summary.json").is_file():
+        raise UserError(f"the graph at {directory} has no summary.json (its file checksums): rebuild it (build_graph)")
+    summary = _read(directory / "summary.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
+    verify_checksums(directory, summary.get("files") if isinstance(summary, dict) else None, "graph", "summary.json",
+                     "build_graph")
 
 
 def build_csr(n: int, src: np.ndarray, dst: np.ndarray, rel: np.ndarray):

@@ -79,6 +79,14 @@ class LLMClient:
                  context_window: int | None = None, count_tokens=None, cap=None):
         self.backbone = backbone
         self.cap = cap  # an ark.llm.spending.SpendingCap, or None
+        self.prices = None  # (USD per input token, per output token): what a call is reserved at under a cap
+        if cap is not None:
+            from ark.errors import UserError
+            from ark.llm.spending import token_prices, unpriced
+
+            self.prices = token_prices(backbone.model, backbone.extra)
+            if self.prices is None:
+                raise UserError(unpriced(backbone.model))
         self.cache = cache
         self.retry = retry
         self.api_base = api_base or backbone.resolved_api_base()
@@ -122,15 +130,32 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 return _scrubbed(LLMResult(**{**hit, "cached": True}), secrets)
-        refusal = self.cap.refusal() if self.cap is not None else None
-        if refusal is not None:
-            return LLMResult(None, error=refusal)
+        held = None
+        if self.cap is not None:  # reserved at its worst case first; a killed run's call stays counted so
+            from ark.llm.spending import WAIT
+
+            worst = self.worst_cost(req)
+            while (held := self.cap.reserve(worst)) == WAIT:  # calls in flight may settle below their worst case
+                await asyncio.sleep(0.05)
+            if isinstance(held, str):
+                return LLMResult(None, error=held)
         result = _scrubbed(await self._call(req), secrets)
-        if self.cap is not None and result.cost:
-            self.cap.add(result.cost)
+        if held is not None:
+            self.cap.settle(held, self.real_cost(result))
         if self.cache is not None and result.error is None:
             self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
         return result
+
+    def worst_cost(self, req: dict) -> float:
+        """The most a request can cost: its prompt's tokens at the input price, ``max_tokens`` at the output price."""
+        into, out = self.prices
+        return self.count_tokens(req) * into + req["max_tokens"] * out
+
+    def real_cost(self, result: LLMResult) -> float:
+        """A reply's cost: litellm's, or from its token counts at the known prices where litellm priced it at 0."""
+        if result.cost or self.prices is None:
+            return result.cost
+        return result.prompt_tokens * self.prices[0] + result.completion_tokens * self.prices[1]
 
     async def _call(self, req: dict) -> LLMResult:
         api_key = os.environ.get(self.backbone.api_key_env) if self.backbone.api_key_env else None

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from ark.errors import UserError
+from ark.secrets import scrub_urls
 from ark.settings import check_choice, check_int, check_number
 
 # where litellm finds a provider's base URL when a call names none (its default address when unset)
@@ -74,6 +75,10 @@ class Backbone:
         if self.api_base is not None and (not isinstance(self.api_base, str)
                                           or not self.api_base.startswith(("http://", "https://"))):
             raise UserError("backbone.api_base must be null or an http(s):// URL")  # the value may hold a key
+        if self.api_base is not None and scrub_urls(self.api_base) != self.api_base:
+            raise UserError("backbone.api_base carries a credential (user:password@ or a key in its query), which "
+                            "litellm does not send as one: give the server's plain URL and the key in the "
+                            "environment variable backbone.api_key_env names")  # the value itself is not echoed
         check_number("backbone.temperature", self.temperature, none=True)
         check_number("backbone.top_p", self.top_p, most=1.0, above=True, none=True)
         check_int("backbone.max_tokens", self.max_tokens)

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -21,7 +22,7 @@ from ark import build
 from ark.build import RunSpec
 from ark.config import make
 from ark.agent.runner import AgentConfig, run_queries, run_query
-from ark.errors import IncompleteRun, UserError
+from ark.errors import IncompleteRun, RunFailed, UserError
 from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records, score_row, summarize
 from ark.eval.trajectories import run_statistics, timing_statistics
@@ -79,20 +80,38 @@ def execute(spec: RunSpec, stage: str) -> dict:
     incomplete = sum(not r.complete for r in records)
     capped = next((e for r in records for ag in r.agents for e in ag.errors if e.startswith(CAP_REACHED)), None)
     if capped and not spec.eval.allow_incomplete:
-        raise IncompleteRun(f"{capped}: {len(records) - incomplete} of {len(queries)} queries done, {incomplete} "
-                            f"left to resume (rerun with a higher cap). Records: {run.dir}")
+        raise IncompleteRun(f"{CAP_REACHED}: {spent(spec, run)}; {len(records) - incomplete} of {len(queries)} "
+                            f"queries done, {incomplete} left to resume (rerun with a higher cap). Records: {run.dir}")
     if incomplete and not spec.eval.allow_incomplete:
         error = next((e for r in records for ag in r.agents for e in ag.errors), "none")
         instead = (f"score the {len(records) - incomplete} complete ones" if labels else "keep them as they are")
         raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls failed after "
                             f"{spec.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
                             f"eval.allow_incomplete=true to {instead}. Records: {run.dir}")
+    broken = sum(any(a.tool_failures for a in r.agents) for r in records)
+    if broken > len(records) / 2:  # a damaged index or a bug, not the agents: no metrics may say otherwise
+        raise RunFailed(f"a tool failed (raised) in {broken} of {len(records)} queries; no metrics were written. "
+                        f"Fix its cause (rebuild the index, or report the bug), then move {run.dir} away and rerun")
     scores, metrics = score.finish(records) if labels else (None, None)
     run.finish(scores, metrics, stats)
     run.write_timing(timing)
     return {"n_queries": len(records), "n_trajectories": sum(len(r.agents) for r in records),
             "n_incomplete": incomplete, **(metrics or {}), "model_calls": model_calls, "run_dir": str(run.dir),
             "n_agents": spec.agent.n_agents, **stats, **timing}
+
+
+def spent(spec: RunSpec, run: Run) -> str:
+    """What the run's ledgers hold against their caps, read after the run (calls in flight when it stopped are
+    counted at their worst case)."""
+    from ark.llm.spending import Ledger
+
+    shown = []
+    for path, cap, name in build.spending_caps(spec, str(run.dir / "spend.sqlite")):
+        if Path(path).exists() and cap != float("inf"):
+            ledger = Ledger(path)
+            shown.append(f"${ledger.totals()[0]:.4f} spent of {name}=${cap:g}")
+            ledger.close()
+    return ", ".join(shown) or "no spend recorded"
 
 
 def _open(run: Run, queries: list[dict]):

@@ -2,7 +2,7 @@
 import functools
 import sys
 
-from ark.errors import IncompleteRun, UserError
+from ark.errors import IncompleteRun, RunFailed, UserError
 
 
 def launch(main) -> None:
@@ -19,8 +19,8 @@ def launch(main) -> None:
 
 
 def clear_errors(main):
-    """A ``UserError`` ends a stage with one line on stderr and exit status 2; a run with incomplete queries
-    with one line and exit status 1. Anything else is a bug and keeps its traceback."""
+    """A ``UserError`` ends a stage with one line on stderr and exit status 2; a run with incomplete queries, or one
+    that failed (``RunFailed``), with one line and exit status 1. Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(main)
     def wrapper(cfg):
@@ -31,6 +31,9 @@ def clear_errors(main):
             sys.exit(2)
         except IncompleteRun as e:
             print(f"incomplete: {e}", file=sys.stderr)
+            sys.exit(1)
+        except RunFailed as e:
+            print(f"failed: {e}", file=sys.stderr)
             sys.exit(1)
 
     return wrapper

@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 from ark.config import make, resolved
 from ark.graph import load_graph
 from ark.index import index_settings
-from ark.io import atomic_dir, write_json
+from ark.io import atomic_dir, checksums, write_json
 from ark.tracking import log_summary, stage_run
 from ark.errors import UserError
 from ark.stages import clear_errors, launch
@@ -26,8 +26,9 @@ def run(cfg: DictConfig) -> dict:
     info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(resolved(cfg.retriever))}
     with atomic_dir(cfg.dataset.index_dir) as tmp:
         index.save(tmp)
+        info["files"] = checksums(tmp)  # checked when a run loads the index (ark.build.relevance)
         write_json(tmp / "info.json", info)
-    return {**info, "build_seconds": round(seconds, 2), "reused_embeddings": getattr(index, "reused", 0)}
+    return {**{k: v for k, v in info.items() if k != "files"}, "build_seconds": round(seconds, 2), "reused_embeddings": getattr(index, "reused", 0)}
 
 
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
