@@ -553,3 +553,22 @@ def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert snapshot(p) == before
+
+
+@pytest.mark.parametrize("question, extra, message", [
+    ("   ", [], "the question is empty"),
+    ("x" * 5000, ["limits.query_chars=4000"], "the question has 5,000 characters, over limits.query_chars=4,000"),
+    ("slender fingers", ["--json", "{p}"], "not a file in an existing directory"),  # a directory
+    ("slender fingers", ["--json", "{p}/no/such/dir/out.json"], "not a file in an existing directory"),
+], ids=["ask-empty", "ask-too-long", "ask-json-a-directory", "ask-json-nowhere"])
+def test_ark_ask_checks_its_question_and_json_path_before_the_run(template, tmp_path, capsys, question, extra,
+                                                                  message):
+    from ark.cli import main
+
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    before = snapshot(p)
+    code = main(["ask", question, *paths(p), *BASE, *(a.format(p=p) for a in extra)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert snapshot(p) == before

@@ -14,23 +14,25 @@ import sys
 from pathlib import Path
 
 from ark.config import check_overrides, compose
-from ark.errors import UserError
+from ark.errors import IncompleteRun, RunFailed, UserError
 
 
 def printer(graph, max_lines: int, out=sys.stdout):
+    from ark.report.show import printable  # what the graph or the model says, escaped for a terminal
+
     def on_event(kind: str, e: dict) -> None:
         tag = f"[agent {e['agent']} step {e['step'] + 1}]"
         if kind == "reply":
             for tc in e["message"].get("tool_calls") or []:
-                print(f"{tag} -> {tc['function']['name']}({tc['function']['arguments']})", file=out)
+                print(printable(f"{tag} -> {tc['function']['name']}({tc['function']['arguments']})", False), file=out)
             if e["message"].get("content"):
-                print(f"{tag} says: {e['message']['content'][:300]}", file=out)
+                print(f"{tag} says: {printable(e['message']['content'][:300])}", file=out)
         elif kind == "observation":
             lines = e["observation"].text.splitlines()
             shown = lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines)"] if len(lines) > max_lines else [])
-            print("\n".join(f"{tag}    {line}" for line in shown), file=out)
+            print(printable("\n".join(f"{tag}    {line}" for line in shown)), file=out)
         elif kind == "error":
-            print(f"{tag} model call failed: {e['error']}", file=out)
+            print(f"{tag} model call failed: {printable(e['error'], False)}", file=out)
         out.flush()
 
     return on_event
@@ -38,11 +40,17 @@ def printer(graph, max_lines: int, out=sys.stdout):
 
 def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout):
     from ark import build
+    from ark.report.show import printable
     from ark.runs.execute import agents
 
     cfg = compose(overrides)
     spec = build.spec(cfg)
     build.check_files(spec)
+    if not question.strip():
+        raise UserError("the question is empty")
+    if len(question) > spec.limits.query_chars:
+        raise UserError(f"the question has {len(question):,} characters, over limits.query_chars="
+                        f"{spec.limits.query_chars:,}")
     print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
           file=out)
     with agents(spec) as a:
@@ -50,7 +58,7 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
         record = a.one({"id": "ask", "query": question}, printer(g, max_lines, out))
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
-        print(f"{rank:>3}. [{v}] {g.type_name(v)} | {g.name[v]}", file=out)
+        print(f"{rank:>3}. [{v}] {printable(g.type_name(v), False)} | {printable(g.name[v], False)}", file=out)
     if not record.ranking:
         print("  (empty)", file=out)
     return record
@@ -100,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=3, help="how many first queries to run")
     args = parser.parse_args(argv)
     try:
+        if args.command == "ask" and args.json is not None:  # before the run, whose result it is to keep
+            if args.json.is_dir() or not args.json.parent.is_dir():
+                raise UserError(f"--json {args.json}: not a file in an existing directory")
         if args.command in ("ask", "estimate"):
             check_overrides(args.overrides)
         if args.command == "estimate":
@@ -120,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (IncompleteRun, RunFailed) as e:
+        print(f"{'incomplete' if isinstance(e, IncompleteRun) else 'failed'}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: what was done is kept; the same command resumes a run", file=sys.stderr)
+        return 130
     if args.json:
         args.json.write_text(json.dumps(record.to_dict(), indent=1))
     return 0

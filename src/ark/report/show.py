@@ -29,6 +29,17 @@ TOP = 20  # ranking positions shown (a fused ranking has at most 20; a baseline'
 ARG_CHARS = 70  # a string argument is cut to this many characters
 GOLD = "✓"
 NODE_LINE = re.compile(r"\[(\d+)\]")  # an observation line that lists a node starts with its id
+# what a terminal would act on: C0/C1 controls (ANSI escapes), bidirectional overrides and isolates, zero-width marks
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: str, newlines: bool = True) -> str:
+    """Text from a graph, a model or a record, safe for a terminal: what ``UNSAFE`` matches is shown escaped
+    (``\\x1b``, ``\\u202e``), and in a one-line field (``newlines=False``) so are line breaks and tabs, so that a node
+    name cannot clear the screen, reorder a line or forge one."""
+    unsafe = UNSAFE if newlines else re.compile(UNSAFE.pattern[:-1] + "\n\t]")
+    return unsafe.sub(lambda m: json.dumps(m[0])[1:-1] if ord(m[0]) < 0x80 or m[0] in "\n\t"
+                      else f"\\u{ord(m[0]):04x}", text)
 
 
 def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list[str] = (), out=None) -> None:
@@ -39,7 +50,7 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
     config, records = load_run(run_dir)
     scores = read_scores(run_dir)
     if query is None:
-        print(list_queries(run, run_dir, config, records, scores), file=out)
+        print(printable(list_queries(run, run_dir, config, records, scores)), file=out)
         return
     position, record = pick(records, query, run)
     graph = gold = None
@@ -49,7 +60,8 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
                      if q["id"] == record.id), None)
     except UserError as e:
         print(f"(without node names and gold marks: {e}; `make pull` or `dvc repro` brings the data)", file=out)
-    print(query_text(run_dir, config, position, record, scores.get(record.id), gold, graph, max_lines), file=out)
+    print(printable(query_text(run_dir, config, position, record, scores.get(record.id), gold, graph, max_lines)),
+          file=out)
 
 
 # ------------------------------------------------------------------ finding the run and the query
@@ -220,7 +232,8 @@ def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph) -> li
     def node(rank: str, v: int, score: str = "", note: str = "") -> str:
         mark = GOLD if v in gold else " "
         return cut(f"{rank} {mark} {f'[{v}]':<{id_width + 2}}  {type_name(v):<{type_width}}  {score}"
-                   f"{'  ' * bool(score)}{graph.name[v] if graph is not None else ''}" + (f"   {note}" if note else ""))
+                   f"{'  ' * bool(score)}{printable(graph.name[v], newlines=False) if graph is not None else ''}"
+                   + (f"   {note}" if note else ""))
 
     lines += [node(rank, v, score) for rank, v, score in rows] or ["     (empty)"]
     if len(record.ranking) > TOP:
