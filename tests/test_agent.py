@@ -541,3 +541,16 @@ def test_findings_reach_genes_through_diseases_and_off_means_the_plain_policy():
     traj = asyncio.run(run_agent(RulesPolicy(tb, FINDING_WORDS, findings=30).session(query, 0, 2), tb, query,
                                  T_max=2, agent=0))
     assert traj.finished and traj.steps == 2
+
+
+def test_a_missing_api_key_fails_at_the_first_call_without_retries(monkeypatch):
+    """A provider's API (no api_base) whose key variable is unset: one failed call, no attempt, no retry wait."""
+    monkeypatch.delenv("ARK_UNSET_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    client = LLMClient(Backbone(name="b", model="gpt-4.1", max_tokens=64, api_key_env="ARK_UNSET_KEY"), None,
+                       RetryPolicy(max_attempts=6, base_delay=5.0, max_delay=30, timeout=10))
+    start = time.perf_counter()
+    result = asyncio.run(client.complete([{"role": "user", "content": "Question: x"}], None))
+    assert result.error.startswith("MissingKey: the environment variable ARK_UNSET_KEY") and client.calls == 0
+    assert time.perf_counter() - start < 2

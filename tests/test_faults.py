@@ -195,3 +195,46 @@ def test_a_key_echoed_in_every_kind_of_reply_is_in_no_file_the_run_writes(six_qu
     assert records.count(MARKER) >= kinds["ok"]  # the echoes arrived, and were replaced
     print(f"\ncanary run: {len(endpoint.log)} requests {dict(kinds)}; {len(files)} files, 0 hits; "
           f"{records.count(MARKER)} markers in records.jsonl")
+
+
+# ------------------------------------------------------------------ a full disk
+def test_a_cache_that_fills_up_degrades_to_no_cache_and_keeps_the_run_going(tmp_path, caplog):
+    import sqlite3
+
+    from ark.llm.cache import ResponseCache
+
+    cache = ResponseCache(tmp_path / "llm.sqlite")
+    cache.put("a", {"v": 1})
+    real = cache._db
+
+    class Full:  # a test double of a connection whose disk filled up: reads work, writes fail
+        def execute(self, sql, *args):
+            if sql.startswith("INSERT"):
+                raise sqlite3.OperationalError("database or disk is full")
+            return real.execute(sql, *args)
+
+    cache._db = Full()
+    cache.put("b", {"v": 2})  # no exception: the run goes on
+    cache.put("c", {"v": 3})
+    assert cache.full and cache.get("a") == {"v": 1} and cache.get("b") is None
+    assert sum("cannot be written" in r.message for r in caplog.records) == 1  # one warning, not one per call
+
+
+def test_a_full_disk_ends_a_stage_in_one_line_and_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from ark.io import write_text_atomic
+    from ark.stages import clear_errors
+
+    target = tmp_path / "metrics.json"
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+
+    with pytest.raises(SystemExit) as stopped:
+        clear_errors(lambda cfg: write_text_atomic(target, "{}"))(None)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: no space left to write ")
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp

@@ -41,6 +41,7 @@ class ResponseCache:
                     raise
                 time.sleep(0.01)
         self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self.path, self.full = Path(path), False
         self._base = None
         if base is not None and Path(base).resolve() != Path(path).resolve():
             if Path(base).exists():
@@ -62,8 +63,19 @@ class ResponseCache:
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, value: dict) -> None:
+        """Store a reply. A cache that cannot be written any more (its disk or database full) degrades to no cache
+        for the rest of the run, with one warning: the run's records, which hold the replies, are what matters."""
+        if self.full:
+            return
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(value)))
+            try:
+                self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?)", (key, json.dumps(value)))
+            except sqlite3.OperationalError as e:
+                if "full" not in str(e) and "disk" not in str(e):
+                    raise
+                self.full = True
+                log.warning("LLM cache %s cannot be written (%s): the run goes on without storing replies", self.path,
+                            e)
 
     def __len__(self) -> int:
         with self._lock:
@@ -85,7 +97,10 @@ class ResponseCache:
     def close(self) -> None:
         """Move everything into the main file (the -wal emptied, so the file can be read immutable) and close."""
         with self._lock:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.OperationalError:  # a full disk: the -wal keeps what it holds, readable as it is
+                pass
             self._db.close()
 
 

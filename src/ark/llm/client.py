@@ -159,6 +159,10 @@ class LLMClient:
 
     async def _call(self, req: dict) -> LLMResult:
         api_key = os.environ.get(self.backbone.api_key_env) if self.backbone.api_key_env else None
+        if api_key is None and self.backbone.api_key_env and not self.api_base:
+            # a provider's API without its key: found here, at the first call, not after retries
+            return LLMResult(None, attempts=0, error=f"MissingKey: the environment variable "
+                                                     f"{self.backbone.api_key_env} (backbone.api_key_env) is not set")
         if self.api_base and api_key is None:
             api_key = "none"  # OpenAI-compatible local servers want some key
         error = None

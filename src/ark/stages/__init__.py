@@ -1,5 +1,8 @@
 """One Hydra entry point per DVC stage: ``python -m ark.stages.<name> [overrides]``, thin I/O around ``run(cfg)``."""
+import errno
 import functools
+import os
+import sqlite3
 import sys
 
 from ark.errors import IncompleteRun, RunFailed, UserError
@@ -16,6 +19,9 @@ def launch(main) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     main()
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk or quota
 
 
 def clear_errors(main):
@@ -35,5 +41,17 @@ def clear_errors(main):
         except RunFailed as e:
             print(f"failed: {e}", file=sys.stderr)
             sys.exit(1)
+        except OSError as e:
+            if e.errno not in FULL:
+                raise
+            print(f"error: no space left to write {e.filename or 'a file'} ({os.strerror(e.errno)}); free some "
+                  "and rerun: what was done is kept", file=sys.stderr)
+            sys.exit(2)
+        except sqlite3.OperationalError as e:
+            if "full" not in str(e):
+                raise
+            print(f"error: an SQLite file (the LLM cache or a spend ledger) is full ({e}); free some space and "
+                  "rerun: what was done is kept", file=sys.stderr)
+            sys.exit(2)
 
     return wrapper
