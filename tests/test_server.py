@@ -195,3 +195,52 @@ def test_a_connection_without_headers_is_closed_and_connections_are_bounded():
             s.close()
         time.sleep(0.2)
         assert post(server, 5)[0] == 200
+
+
+def test_a_kept_alive_connection_that_trickles_its_next_headers_is_closed():
+    """The header deadline holds for every request of a connection, not only its first: a client that completes one
+    request and then sends the next one's headers a byte every 0.1 s is closed at header_timeout."""
+    import socket
+
+    model = SlowModel()
+    with ChatServer(model.generate, workers=1, header_timeout=0.6) as server:
+        s = raw(server)
+        body = json.dumps({"model": "slow", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        s.sendall(head(len(body)) + body)
+        assert status_of(s) == 200  # the first request, answered; the connection stays open
+        s.settimeout(0.3)
+        try:
+            while s.recv(65536):  # the rest of the reply
+                pass
+        except socket.timeout:
+            pass
+        start = time.monotonic()
+        try:
+            for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n":
+                s.sendall(bytes([byte]))
+                time.sleep(0.1)
+        except OSError:  # the server closed it
+            pass
+        s.settimeout(2)
+        try:
+            closed = s.recv(1) == b""
+        except socket.timeout:
+            closed = False  # still open: the trickle holds it
+        except OSError:
+            closed = True  # reset
+        assert closed
+
+
+def test_the_bodies_read_at_once_have_a_budget_across_connections():
+    model = SlowModel()
+    with ChatServer(model.generate, workers=1, max_body_bytes=2**20, max_pending_bytes=3 * 2**19) as server:
+        held = [raw(server) for _ in range(3)]
+        for s in held[:2]:
+            s.sendall(head(2**20 - 10) + b"x" * (2**19 + 10))  # half a body each, both under the request limit
+        time.sleep(0.3)
+        held[2].sendall(head(2**20 - 10) + b"x" * (2**19 + 10))  # a third would pass the budget
+        assert status_of(held[2]) == 503
+        for s in held[:2]:
+            s.close()
+        time.sleep(0.3)
+        assert post(server, 5)[0] == 200  # given back when those connections went away

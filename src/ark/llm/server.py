@@ -14,9 +14,11 @@ With ``keep_abandoned`` (a model whose reply is a function of the request, as th
 answers the client's retry, the same body, instead of a second generation: timeouts and retries add no generation.
 
 Against a client that misbehaves: a body over ``max_body_bytes`` is refused (413) as soon as its length is known,
-before it is held in memory; a connection that has not sent its request headers within ``header_timeout`` seconds is
-closed, and one that has not sent its whole body within ``body_timeout`` gets 408; at most ``max_connections``
-connections are served at once (beyond, 503). A request counts toward ``max_queue`` only once its body is complete,
+before it is held in memory, and the bodies being read on all connections together may hold at most
+``max_pending_bytes`` (beyond, 503); a connection that has not sent a request's headers within ``header_timeout``
+seconds (its first request's, and each next one's on a kept-alive connection) is closed, and one that has not sent
+its whole body within ``body_timeout`` gets 408; at most ``max_connections`` connections are served at once (beyond,
+503). A request counts toward ``max_queue`` only once its body is complete,
 so half-sent bodies cannot crowd out the clients that finish theirs.
 """
 from __future__ import annotations
@@ -69,33 +71,72 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (``BodyTooLarge``) as soon as its declared or received length passes ``limit``."""
+class BodiesTooLarge(Exception):
+    """The bodies being read on all connections together would pass the server's budget."""
+
+
+class BodyBudget:
+    """The bytes of request bodies held at once, across connections (``max_pending_bytes``): many connections each
+    under the per-request limit cannot add up to the machine's memory."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+
+    def take(self, n: int) -> None:
+        if self.held + n > self.limit:
+            raise BodiesTooLarge()
+        self.held += n
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+async def read_body(request: Request, limit: int, budget: BodyBudget | None = None) -> bytes:
+    """The request body, refused (``BodyTooLarge``) as soon as its declared or received length passes ``limit``,
+    and (``BodiesTooLarge``) when it would take ``budget`` past its limit; the budget is given back on return."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge()
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge()
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge()
+            if budget is not None:
+                budget.take(len(chunk))
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        if budget is not None:
+            budget.give(sum(map(len, chunks)))
 
 
 def _header_deadline_protocol(timeout: float):
-    """uvicorn's h11 protocol, closing a connection whose request headers are not complete within ``timeout``."""
+    """uvicorn's h11 protocol, closing a connection whose next request's headers are not complete within
+    ``timeout``: the first request's, and each later one's on a kept-alive connection (a client trickling a byte now
+    and then would otherwise hold it, and the memory of its half-read headers, for ever)."""
 
     class Protocol(H11Protocol):
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
+            self._header_timer = None
+            self._await_headers()
+
+        def _await_headers(self) -> None:
+            self._header_cycle = self.cycle  # the last request's cycle: a new one means new headers arrived
             self._header_timer = self.loop.call_later(timeout, self._no_headers)
 
         def handle_events(self) -> None:
             super().handle_events()
-            if self.cycle is not None and self._header_timer is not None:  # a request's headers have arrived
+            if self._header_timer is not None and self.cycle is not self._header_cycle:
                 self._header_timer.cancel()
                 self._header_timer = None
+
+        def on_response_complete(self) -> None:
+            if self._header_timer is None and not self.transport.is_closing():
+                self._await_headers()  # before a pipelined request is taken up, which cancels it at once
+            super().on_response_complete()
 
         def connection_lost(self, exc) -> None:
             if self._header_timer is not None:
@@ -104,7 +145,7 @@ def _header_deadline_protocol(timeout: float):
 
         def _no_headers(self) -> None:
             self._header_timer = None
-            if self.cycle is None and not self.transport.is_closing():
+            if self.cycle is self._header_cycle and not self.transport.is_closing():
                 self.transport.close()
 
     return Protocol
@@ -127,9 +168,10 @@ class ChatServer:
     def __init__(self, generate, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
                  workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False,
                  max_body_bytes: int = 8 * 2**20, header_timeout: float = 10.0, body_timeout: float = 30.0,
-                 max_connections: int = 512):
+                 max_connections: int = 512, max_pending_bytes: int = 64 * 2**20):
         self.generate, self.model_name = generate, model_name
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
+        self.bodies = BodyBudget(max_pending_bytes)
         self.created = int(time.time())  # what /v1/models reports: a restarted server is another endpoint
         self.max_queue, self.retry_after, self.keep_abandoned = max_queue, retry_after, keep_abandoned
         self.requests = self.generated = self.dropped = self.abandoned = self.reused = self.rejected = 0
@@ -182,9 +224,13 @@ class ChatServer:
             return _error(404, f"unknown path {request.url.path}")
         self.requests += 1
         try:
-            raw = await asyncio.wait_for(read_body(request, self.max_body_bytes), self.body_timeout)
+            raw = await asyncio.wait_for(read_body(request, self.max_body_bytes, self.bodies), self.body_timeout)
         except BodyTooLarge:
             return _error(413, f"the request body is over {self.max_body_bytes:,} bytes")
+        except BodiesTooLarge:
+            self.rejected += 1
+            return _error(503, f"the request bodies being read pass {self.bodies.limit:,} bytes; retry later",
+                          {"Retry-After": str(self.retry_after)})
         except asyncio.TimeoutError:
             return _error(408, f"the request body did not arrive within {self.body_timeout:g} s")
         except ClientDisconnect:
