@@ -238,3 +238,15 @@ def test_a_full_disk_ends_a_stage_in_one_line_and_leaves_no_temporary_file(tmp_p
     lines = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: no space left to write ")
     assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp
+
+
+def test_ctrl_c_ends_a_stage_in_one_line(capsys):
+    from ark.stages import clear_errors
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stopped:
+        clear_errors(interrupted)(None)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 130 and len(lines) == 1 and lines[0].startswith("interrupted: ")

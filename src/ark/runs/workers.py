@@ -17,6 +17,7 @@ import time
 import traceback
 
 from ark.agent.records import QueryRecord
+from ark.errors import RunFailed
 
 
 def run_in_workers(spec, queries: list[dict], on_record, agents) -> tuple[int, float]:
@@ -39,7 +40,8 @@ def run_in_workers(spec, queries: list[dict], on_record, agents) -> tuple[int, f
             except queue.Empty:
                 dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"a worker process died (exit code {dead[0]})") from None
+                    raise RunFailed(f"a worker process died (exit code {dead[0]}); the records that came back are "
+                                    "kept, and a rerun resumes the rest") from None
                 continue
             if kind == "record":
                 record = QueryRecord.from_dict(payload)

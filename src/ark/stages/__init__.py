@@ -41,6 +41,9 @@ def clear_errors(main):
         except RunFailed as e:
             print(f"failed: {e}", file=sys.stderr)
             sys.exit(1)
+        except KeyboardInterrupt:
+            print("interrupted: what was done is kept; the same command resumes it", file=sys.stderr)
+            sys.exit(130)
         except OSError as e:
             if e.errno not in FULL:
                 raise
