@@ -250,3 +250,22 @@ def test_ctrl_c_ends_a_stage_in_one_line(capsys):
         clear_errors(interrupted)(None)
     lines = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 130 and len(lines) == 1 and lines[0].startswith("interrupted: ")
+
+
+def test_a_full_disk_before_the_run_leaves_no_run_directory(six_queries, monkeypatch):
+    """The run directory is made, then its lock or config.yaml cannot be written: the directory goes again."""
+    import errno
+
+    from ark.build import spec
+    from ark.runs.store import Run
+    from tests.conftest import compose_cfg
+
+    run = Run(spec(compose_cfg(six_queries + ["backbone=rules"])), "evaluate")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("ark.runs.store.write_text_atomic", full)
+    with pytest.raises(OSError):
+        run.open()
+    assert not run.dir.exists()

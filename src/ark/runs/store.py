@@ -115,12 +115,18 @@ class Run:
         blocked = blocking_file(self.publish_dir) if self.publish_dir is not None else None
         if blocked is not None:  # found now, not after the whole run
             raise UserError(f"run.publish {self.publish_dir}: cannot make the directory there ({blocked} is a file)")
+        fresh = not self.dir.exists()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:  # an existing file, a symlink loop, a read-only file system, no permission
             raise UserError(f"run.root {self.dir.parent}: cannot make the run directory there "
                             f"({e.strerror or type(e).__name__})") from None
-        self._lock = RunLock.acquire(self.dir)
+        try:
+            self._lock = RunLock.acquire(self.dir)
+        except BaseException:
+            if fresh:  # a full disk: no directory holding an empty lock is left behind
+                shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         try:
             config = self.dir / "config.yaml"
             if config.exists() and _read_config(config) != self.identity:
@@ -130,6 +136,8 @@ class Run:
             return RecordStore(self.dir / "records.jsonl")
         except BaseException:
             self.close()
+            if fresh:  # nothing of this run was there before: nothing of it stays
+                shutil.rmtree(self.dir, ignore_errors=True)
             raise
 
     def close(self) -> None:
