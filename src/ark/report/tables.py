@@ -456,8 +456,9 @@ def _share(rows: list[dict], test, units: dict[str, str]) -> Estimate | None:
     query, and the queries of one unit, resampled together)."""
     if not rows:
         return None
-    e = bootstrap([float(bool(test(x))) for x in rows], [units[x["query"]] for x in rows]).scaled(100)
-    return replace(e, value=round(100 * sum(bool(test(x)) for x in rows) / len(rows), 2))
+    passed = [float(bool(test(x))) for x in rows]
+    e = bootstrap(passed, [units[x["query"]] for x in rows]).scaled(100)
+    return replace(e, value=round(100 * sum(passed) / len(rows), 2))  # the share as it was always computed
 
 
 # --------------------------------------------------------------------------------- data tables (Tables 6, 7)
