@@ -35,11 +35,11 @@ lock:
 
 # one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept. The output is
 # also written to logs/repro/<group>.log, every line stamped: `python benchmarks/stage_times.py <log>` gives the
-# per-stage times
+# per-stage times. DVC's closing hint to `dvc push` is dropped when no DVC remote is configured
 repro: install
 	set -o pipefail; group="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}"; mkdir -p logs/repro; \
 	ARK_WANDB_GROUP="$$group" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro 2>&1 \
-	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin]' \
+	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin if not (l.startswith("Use `dvc push`") and not sys.argv[1])]' "$$($(BIN)/dvc remote list)" \
 	  | tee "logs/repro/$$group.log"
 
 # after `make repro`: every BioKG table cell against results/expected.json, each within its tolerance (exact where
@@ -49,6 +49,8 @@ check: install
 
 # every stage's outputs from the DVC remote you configured (docs/pipeline.md: "Sharing results")
 pull: install
+	@if [ -z "$$($(BIN)/dvc remote list)" ]; then \
+	  echo "make pull: no DVC remote is configured; add one with 'dvc remote add -d <name> <url>' (docs/pipeline.md, Sharing results), or rebuild with make repro" >&2; exit 2; fi
 	$(BIN)/dvc pull
 
 test: install

@@ -1,4 +1,5 @@
 import os
+import sys
 
 os.environ["WANDB_MODE"] = "disabled"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -25,8 +26,9 @@ def load_benchmark(name: str):
     """benchmarks/<name>.py as a module (the scripts are not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -358,6 +358,27 @@ def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
     text = out.getvalue()
     assert "-> search_in_graph(" in text and "Top " in text and "-> finish(" in text
     assert record.ranking[0] == 4 and "1. [4] effect/phenotype | Ectopia lentis" in text
+    # the deterministic rules policy: agent 1 takes agent 0's path, shown once; the header says what it is
+    assert "[agent 0 step 1] -> search_in_graph(" in text and "[agent 1 step" not in text
+    assert record.agents[0].messages == record.agents[1].messages
+    assert re.search(r"^\[agent 1: the same \d+ steps? as agent 0\]$", text, re.M)
+    assert "note: the rules backbone is a scripted policy" in text
+
+
+def test_ark_ask_shows_each_agent_whose_path_differs():
+    import io
+
+    from ark.cli import Printer
+
+    out = io.StringIO()
+    trace = Printer(max_lines=8, out=out)
+    call = {"tool_calls": [{"function": {"name": "search_in_graph", "arguments": '{"query": "x"}'}}]}
+    trace("reply", {"agent": 1, "step": 0, "message": call})  # agent 1 may act before agent 0
+    trace("reply", {"agent": 0, "step": 0, "message": call})
+    trace("reply", {"agent": 2, "step": 0, "message": {"content": "done"}})
+    assert out.getvalue() == '[agent 0 step 1] -> search_in_graph({"query": "x"})\n'
+    trace.finish()
+    assert out.getvalue().splitlines()[1:] == ["[agent 2 step 1] says: done", "[agent 1: the same 1 step as agent 0]"]
 
 
 def test_a_vllm_student_is_asked_by_its_lora_name_in_the_rendering_it_was_trained_on():

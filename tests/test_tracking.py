@@ -74,6 +74,11 @@ def test_runs_with_an_identity_are_named_and_tagged_like_their_run_directory(run
     assert run["job_type"] == "evaluate" and run["group"] is None and run["mode"] == "disabled"
     run = start(cfg, "baseline", Run(spec(cfg), "baseline")).kwargs
     assert run["name"] == Run(spec(cfg), "baseline").name and run["tags"] == ["biokg", "synthetic", "test", "bm25"]
+    # a hosted backbone is named by the model it called, not by its config file
+    fake = compose_cfg(["backbone=gpt-4o", "logger=wandb", "backbone.model=openai/fake", "agent.T_max=4",
+                        "agent.n_agents=2"])
+    run = start(fake, "evaluate", Run(spec(fake), "evaluate")).kwargs
+    assert run["name"].startswith("biokg-synthetic-test-openai_fake-none-T4A2-") and "openai_fake" in run["tags"]
     run = start(cfg, "collect", Run(spec(collect_cfg(cfg)), "collect")).kwargs  # as ark.stages.collect.main starts it
     assert run["name"] == Run(spec(collect_cfg(cfg)), "collect").name and run["name"].split("-")[2] == cfg.collect.split
 

@@ -17,25 +17,54 @@ from ark.config import check_overrides, compose
 from ark.errors import IncompleteRun, RunFailed, UserError
 
 
-def printer(graph, max_lines: int, out=sys.stdout):
-    from ark.report.show import printable  # what the graph or the model says, escaped for a terminal
+class Printer:
+    """``ark ask``'s live trace: the first agent's steps as they happen; each other agent's after the run, or one
+    line where they are the first agent's steps again (a deterministic policy's agents all take the same path)."""
 
-    def on_event(kind: str, e: dict) -> None:
-        tag = f"[agent {e['agent']} step {e['step'] + 1}]"
+    def __init__(self, max_lines: int, out=sys.stdout):
+        self.max_lines, self.out = max_lines, out
+        self.steps: dict[int, list[str]] = {}  # agent -> its lines, without the tag
+        self.counts: dict[int, set[int]] = {}  # agent -> its steps
+
+    def __call__(self, kind: str, e: dict) -> None:
+        from ark.report.show import printable  # what the graph or the model says, escaped for a terminal
+
+        lines = []
         if kind == "reply":
             for tc in e["message"].get("tool_calls") or []:
-                print(printable(f"{tag} -> {tc['function']['name']}({tc['function']['arguments']})", False), file=out)
+                lines.append(printable(f"-> {tc['function']['name']}({tc['function']['arguments']})", False))
             if e["message"].get("content"):
-                print(f"{tag} says: {printable(e['message']['content'][:300])}", file=out)
+                lines.append(f"says: {printable(e['message']['content'][:300])}")
         elif kind == "observation":
-            lines = e["observation"].text.splitlines()
-            shown = lines[:max_lines] + ([f"... ({len(lines) - max_lines} more lines)"] if len(lines) > max_lines else [])
-            print(printable("\n".join(f"{tag}    {line}" for line in shown)), file=out)
+            text = e["observation"].text.splitlines()
+            shown = text[:self.max_lines] + ([f"... ({len(text) - self.max_lines} more lines)"]
+                                             if len(text) > self.max_lines else [])
+            lines += [printable(f"   {line}") for line in shown]
         elif kind == "error":
-            print(f"{tag} model call failed: {printable(e['error'], False)}", file=out)
-        out.flush()
+            lines.append(f"model call failed: {printable(e['error'], False)}")
+        lines = [f"step {e['step'] + 1}] {line}" for line in lines]
+        self.steps.setdefault(e["agent"], []).extend(lines)
+        self.counts.setdefault(e["agent"], set()).add(e["step"])
+        if e["agent"] == 0:
+            self.emit(0, lines)
 
-    return on_event
+    def emit(self, agent: int, lines: list[str]) -> None:
+        for line in lines:
+            print(f"[agent {agent} {line}", file=self.out)
+        self.out.flush()
+
+    def finish(self) -> None:
+        """The other agents' steps (or that they repeat the first agent's)."""
+        others = sorted(a for a in self.steps if a != 0)
+        same = [a for a in others if self.steps[a] == self.steps.get(0)]
+        for agent in others:
+            if agent not in same:
+                self.emit(agent, self.steps[agent])
+        if same:
+            agents = "agent" if len(same) == 1 else "agents"
+            n = len(self.counts[0])
+            print(f"[{agents} {', '.join(map(str, same))}: the same {n} step{'s' * (n != 1)} as agent 0]",
+                  file=self.out)
 
 
 def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout):
@@ -51,11 +80,16 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     if len(question) > spec.limits.query_chars:
         raise UserError(f"the question has {len(question):,} characters, over limits.query_chars="
                         f"{spec.limits.query_chars:,}")
-    print(f"{cfg.dataset.name} | backbone {cfg.backbone.name} | {cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}",
-          file=out)
+    model = cfg.backbone.get("model")
+    print(f"{cfg.dataset.name} | backbone {cfg.backbone.name}{f' ({model})' if model else ''} | "
+          f"{cfg.agent.n_agents} agents, T_max {cfg.agent.T_max}", file=out)
+    if spec.backbone.caveat:
+        print(f"note: {spec.backbone.caveat}", file=out)
+    trace = Printer(max_lines, out)
     with agents(spec) as a:
         g = a.tools.graph
-        record = a.one({"id": "ask", "query": question}, printer(g, max_lines, out))
+        record = a.one({"id": "ask", "query": question}, trace)
+    trace.finish()
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
         print(f"{rank:>3}. [{v}] {printable(g.type_name(v), False)} | {printable(g.name[v], False)}", file=out)

@@ -7,7 +7,7 @@ What a stage's W&B run carries:
 - name: a stage with a run identity (baseline, evaluate, collect) is named like its run directory,
   ``Run(spec, stage).name`` (readable name + hash); any other stage ``<stage>-<dataset>[-…]``
   (``NAME_PARTS``). job_type: the stage.
-- tags: dataset, queries, split, retriever and, for agent runs, backbone, ablation, ``T<T_max>``, ``A<n_agents>``
+- tags: dataset, queries, split, retriever and, for agent runs, backbone (a hosted one: the model it called), ablation, ``T<T_max>``, ``A<n_agents>``
   (for other stages the parts of their name).
 - group, first set wins: ``logger.group`` (a user's override) > ``ARK_WANDB_GROUP`` (or W&B's own
   ``WANDB_RUN_GROUP``) in the environment, which ``make repro`` sets once (``repro-<timestamp>``) so that all
@@ -57,13 +57,7 @@ def run_labels(config: dict, stage: str, run=None) -> tuple[str, list[str]]:
     """(W&B run name, tags) of ``stage``; ``config``: its resolved config; ``run``: the run directory
     (``ark.runs.store.Run``) of a stage whose runs have an identity."""
     if run is not None:
-        ident = run.identity
-        tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
-        tags += [ident["retriever"]["name"]] if "retriever" in ident else [stage]
-        if "agent" in ident:
-            a = ident["agent"]
-            tags += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}", f"A{a['n_agents']}"]
-        name = run.name
+        name, tags = run.name, run.tags
     else:
         tags = [(config.get(group) or {}).get("name") for group in NAME_PARTS.get(stage, ("dataset",))]
         tags = [str(t) for t in tags if t is not None]

@@ -1,0 +1,1 @@
+"""The agent: its backbones (rules, hosted, embedded), policies, prompt, the step loop, voting and records."""

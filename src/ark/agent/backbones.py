@@ -55,6 +55,11 @@ class RulesBackbone:
     text_protocol: ClassVar[bool] = False
     one_process: ClassVar[bool] = False  # False: worker processes may each run it
 
+    @property
+    def caveat(self) -> str | None:
+        """What a user should know before reading its answers (``ark ask`` prints it)."""
+        return "the rules backbone is a scripted policy, not a language model"
+
     def __post_init__(self):
         check_int("backbone.search_size", self.search_size)
         check_int("backbone.max_answer", self.max_answer)
@@ -88,6 +93,7 @@ class HostedBackbone(Backbone):
 
     kind: str = "litellm"
     one_process: ClassVar[bool] = False
+    caveat: ClassVar[str | None] = None
 
     @property
     def text_protocol(self) -> bool:
@@ -144,6 +150,13 @@ class LocalBackbone(HostedBackbone):
         super().__post_init__()
         if isinstance(self.local, dict):
             self.local = LocalModel(**self.local)
+
+    @property
+    def caveat(self) -> str | None:
+        if self.local.adapter:
+            return f"a LoRA student ({self.local.adapter}) of the embedded 135M-parameter model"
+        return ("the embedded SmolLM2-135M runs every code path offline; it is far too small to answer well "
+                "(a hosted or vLLM backbone answers for real: README, 'A real model')")
 
     @contextlib.contextmanager
     def policy(self, tools, seed: int, serving: Serving):

@@ -1,0 +1,1 @@
+"""Scoring: STaRK-exact ranking metrics, per-query scores, and trajectory statistics."""

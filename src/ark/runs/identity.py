@@ -158,11 +158,29 @@ def readable_name(ident: dict) -> str:
         parts.append("hpo")
     else:
         a = ident["agent"]
-        parts += [ident["backbone"]["name"], ident["ablation"]["name"], f"T{a['T_max']}A{a['n_agents']}"]
+        parts += [backbone_label(ident["backbone"]), ident["ablation"]["name"], f"T{a['T_max']}A{a['n_agents']}"]
     limit = ident.get("eval.limit") or ident.get("collect", {}).get("budget")
     if limit:
         parts.append(f"first{limit}")
     return "-".join(str(p).replace("/", "_") for p in parts)
+
+
+def backbone_label(backbone: dict) -> str:
+    """A backbone as run names and W&B tags show it: a hosted one by the model it called (``backbone=gpt-4.1
+    backbone.model=openai/fake`` is ``openai_fake``, not ``gpt-4.1``), any other by its config name."""
+    if backbone.get("kind") == "litellm" and backbone.get("model"):
+        return str(backbone["model"]).replace("/", "_")
+    return str(backbone["name"])
+
+
+def run_tags(ident: dict, stage: str) -> list[str]:
+    """The W&B tags of a run: what its name says, one part each."""
+    tags = [ident["dataset"]["name"], ident["queries"]["name"], ident["split"]]
+    tags += [ident["retriever"]["name"]] if "retriever" in ident else [stage]
+    if "agent" in ident:
+        a = ident["agent"]
+        tags += [backbone_label(ident["backbone"]), ident["ablation"]["name"], f"T{a['T_max']}", f"A{a['n_agents']}"]
+    return [str(t) for t in tags]
 
 
 def run_name(ident: dict) -> str:

@@ -33,7 +33,7 @@ from ark.errors import UserError
 from ark.agent.records import QueryRecord
 from ark.io import blocking_file, hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.machine import cpu_name
-from ark.runs.identity import data_inputs, identity, run_name
+from ark.runs.identity import data_inputs, identity, run_name, run_tags
 
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
 
@@ -104,6 +104,7 @@ class Run:
         self.identity = identity(spec, stage)
         self.inputs = list(data_inputs(spec, stage).values())
         self.name = run_name(self.identity)
+        self.tags = run_tags(self.identity, stage)
         self.dir = Path(spec.run["root"]) / self.name
         self.publish_dir = Path(spec.run["publish"]) if spec.run.get("publish") else None
         self.timing_path = Path(spec.paths["logs"]) / "runs" / f"{self.name}.json"
