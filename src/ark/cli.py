@@ -1,6 +1,7 @@
 """``ark ask "question" [hydra overrides]``: run the agents on one question and show the trajectory live.
 ``ark show <run> [query]``: print one query's stored trajectories (``ark.report.show``); no query: list them.
 ``ark estimate [overrides]``: run the first few queries of an evaluation and price the whole of it.
+``ark mcp [overrides]``: serve the graph's read-only tools over the Model Context Protocol (stdio).
 
 Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
 ``ark show evaluate@rules-synthetic 0``
@@ -98,6 +99,18 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     return record
 
 
+def serve_tools(overrides: list[str]) -> None:
+    """``ark mcp``: the configured graph's read-only tools over MCP's stdio transport (``ark.tools.mcp``)."""
+    from ark import build
+    from ark.tools.mcp import serve, served_schemas
+
+    spec = build.spec(compose(overrides))
+    tools = build.toolbox(spec)
+    print(f"ark mcp: {spec.config['dataset']['name']} ({tools.graph.num_nodes:,} nodes), tools "
+          f"{', '.join(s['name'] for s in served_schemas(tools))} on stdio", file=sys.stderr)
+    serve(tools, f"ark-{spec.config['dataset']['name']}")
+
+
 def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
     """Run the evaluation ``overrides`` describe on its first ``first`` queries (real calls, kept in the LLM cache,
     so the run itself replays them) and extrapolate its cost to the whole split."""
@@ -136,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("query", nargs="?", help="a query id or a 0-based position in the run's records")
     p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
+    p = sub.add_parser("mcp", help="serve the graph's read-only tools over MCP (stdio), for any MCP client")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides choosing the graph and tools, e.g. dataset=biokg "
+                                                "retriever=bm25 agent=ark_v1")
     p = sub.add_parser("estimate", help="price an evaluation from its first queries")
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluation, e.g. dataset=stark_prime "
                                                 "queries=stark backbone=gpt-4.1")
@@ -145,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ask" and args.json is not None:  # before the run, whose result it is to keep
             if args.json.is_dir() or not args.json.parent.is_dir():
                 raise UserError(f"--json {args.json}: not a file in an existing directory")
-        if args.command in ("ask", "estimate"):
+        if args.command in ("ask", "estimate", "mcp"):
             check_overrides(args.overrides)
+        if args.command == "mcp":
+            serve_tools(args.overrides)
+            return 0
         if args.command == "estimate":
             estimate(args.overrides, args.queries)
             return 0
