@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("query", nargs="?", help="a query id or a 0-based position in the run's records")
     p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
+    p.add_argument("--html", type=Path, help="write the run as one self-contained web page to this file instead")
+    p.add_argument("--max-queries", type=int, default=500, help="with --html: the queries the page holds")
     p = sub.add_parser("mcp", help="serve the graph's read-only tools over MCP (stdio), for any MCP client")
     p.add_argument("overrides", nargs="*", help="Hydra overrides choosing the graph and tools, e.g. dataset=biokg "
                                                 "retriever=bm25 agent=ark_v1")
@@ -175,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.query and "=" in args.query:  # an override, not a query id
                 args.overrides.insert(0, args.query)
                 args.query = None
+            if args.html is not None:
+                from ark.report.page import run_page
+
+                if args.html.is_dir() or not args.html.parent.is_dir():
+                    raise UserError(f"--html {args.html}: not a file in an existing directory")
+                print(run_page(args.run, args.html, args.overrides, args.max_queries))
+                return 0
             try:
                 show(args.run, args.query, args.max_lines, args.overrides)
             except BrokenPipeError:  # piped into head or less that stopped reading
