@@ -12,8 +12,10 @@ from ark.data.phenopackets import (
     make_phenopacket_queries,
     read_phenopackets,
     render_query,
+    source_identity,
     split_of,
 )
+from ark.errors import UserError
 from ark.graph.graph import Graph
 
 TYPES = ["disease", "gene/protein", "effect/phenotype"]
@@ -132,6 +134,48 @@ def test_read_from_url(tmp_path):
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_one_pretty_printed_ga4gh_json(tmp_path, gz):
+    p = packet("a", present=["HP:0000001"], excluded=["HP:0000002"], pmid="PMID:1")
+    text = json.dumps(p, indent=2) + "\n"
+    path = tmp_path / "case.json"
+    path.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    assert list(read_phenopackets(path)) == [p]
+
+
+def test_read_a_directory_of_json_and_jsonl_files_in_name_order(tmp_path):
+    (tmp_path / "b.json").write_text(json.dumps(packet("b"), indent=2))
+    write_jsonl(tmp_path / "a.jsonl", [packet("a1"), packet("a2")])
+    (tmp_path / "c.json").write_text(json.dumps(packet("c")))  # one line, compact
+    write_jsonl(tmp_path / "d.jsonl.gz", [packet("d")], gz=True)
+    (tmp_path / "notes.txt").write_text("not a phenopacket")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.json").write_text(json.dumps(packet("e")))  # subdirectories are not read
+    assert [p["id"] for p in read_phenopackets(tmp_path)] == ["a1", "a2", "b", "c", "d"]
+
+    identity = source_identity(tmp_path)  # what a query set records of its source: the name and the content read
+    assert identity == source_identity(str(tmp_path)) and identity["file"] == tmp_path.name
+    (tmp_path / "notes.txt").write_text("changed, not read")
+    assert source_identity(tmp_path) == identity
+    (tmp_path / "c.json").write_text(json.dumps(packet("c2")))
+    assert source_identity(tmp_path)["sha256"] != identity["sha256"]
+
+
+def test_a_bad_json_file_is_one_line_naming_the_file_and_line(tmp_path):
+    text = json.dumps(packet("a", present=["HP:0000001"]), indent=2)
+    (tmp_path / "a.json").write_text(json.dumps(packet("ok")))
+    (tmp_path / "b.json").write_text(text[:-20])  # truncated
+    with pytest.raises(UserError, match=r"b\.json, line \d+: not valid JSON \(.* at column \d+\); truncated") as e:
+        list(read_phenopackets(tmp_path))
+    assert str(tmp_path / "b.json") in str(e.value) and "\n" not in str(e.value)
+    (tmp_path / "b.json").write_text(f"[\n{text}\n]\n")  # a list of packets: not one GA4GH phenopacket
+    with pytest.raises(UserError, match=r"b\.json: expected a JSON object \(one phenopacket\), got list"):
+        list(read_phenopackets(tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"empty: a directory without phenopacket files \(\*\.json, \*\.jsonl"):
+        list(read_phenopackets(tmp_path / "empty"))
 
 
 # ---------------------------------------------------------------- rendering and gold

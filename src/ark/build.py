@@ -218,7 +218,10 @@ def queries(spec: RunSpec, graph, labels: bool = True) -> list[dict]:
     if spec.eval.limit is not None:
         rows = rows[: spec.eval.limit]
     if not rows:
-        raise UserError(f"no queries in {queries_dir}/{spec.split}.jsonl")
+        why = (": the split is empty (queries.split_fractions decide where each query falls); remake the query set "
+               "(make_queries) with a share for it, e.g. queries.split_fractions=[0,0,1] for test (docs/data.md)"
+               if fractions_wanted and spec.eval.limit != 0 else "")
+        raise UserError(f"no queries in {queries_dir}/{spec.split}.jsonl{why}")
     seen, path, query_chars = set(), f"{queries_dir}/{spec.split}.jsonl", spec.limits.query_chars
     for i, q in enumerate(rows, 1):
         where = f"{path} row {i}"

@@ -1,4 +1,5 @@
-"""Phenopacket queries: GA4GH phenopackets (JSON Lines) rendered as retrieval queries (DESIGN §5).
+"""Phenopacket queries: GA4GH phenopackets (JSON Lines, ``.json`` files, or a directory of them) rendered as
+retrieval queries (DESIGN §5).
 
 Each case becomes one query whose text is rendered deterministically from the HPO terms of the case
 that are graph nodes, labelled with the graph's own names (notes/biokg-sources.md §4):
@@ -49,33 +50,50 @@ SKIP_REASONS = (
     "over_cap",
 )
 _GZIP_MAGIC = b"\x1f\x8b"
+PACKET_FILES = (".json", ".jsonl", ".jsonl.gz")  # what is read of a directory of phenopackets
 
 
 # ---------------------------------------------------------------- reading
 
 
 def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
-    """Yield the phenopackets of a JSON Lines file (plain or gzipped), given a local path or an http(s) URL.
+    """Yield the phenopackets of a file (``_read_file``: JSON Lines, or one GA4GH phenopacket ``.json``; plain or
+    gzipped) or of a directory of such files (``packet_files``), given a local path or an http(s) URL.
 
-    A line that is not a JSON object raises ValueError naming the file and line number.
+    Bad content raises ``UserError`` naming the file and line number.
     """
     source = str(path_or_url)
     if source.startswith(("http://", "https://")):
         with tempfile.TemporaryDirectory(prefix="phenopackets-") as tmp_dir:
             local = Path(tmp_dir) / "download"
             _download(source, local)
-            yield from _read_jsonl(local, source)
+            yield from _read_file(local, source)
+    elif Path(source).is_dir():
+        for path in packet_files(source):
+            yield from _read_file(path, str(path))
     else:
-        yield from _read_jsonl(Path(source), source)
+        yield from _read_file(Path(source), source)
 
 
-def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
+def packet_files(directory: str | os.PathLike) -> list[Path]:
+    """The phenopacket files of a directory (``PACKET_FILES``, not its subdirectories), in name order."""
+    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name.endswith(PACKET_FILES))
+    if not files:
+        kinds = ", ".join("*" + suffix for suffix in PACKET_FILES)
+        raise UserError(f"{directory}: a directory without phenopacket files ({kinds})")
+    return files
+
+
+def _read_file(path: Path, name: str) -> Iterator[dict]:
+    """One packet per line (JSON Lines); a file whose first line is not a whole JSON value is one JSON document,
+    one packet (a GA4GH ``.json`` file, pretty-printed)."""
     if not path.is_file():
         raise UserError(f"no phenopacket file at {name}")
     with path.open("rb") as f:
         is_gzip = f.read(2) == _GZIP_MAGIC
     opener = gzip.open if is_gzip else open
     line_no = packets = 0
+    document = False
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
@@ -84,19 +102,35 @@ def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
                 try:
                     packet = json.loads(line)
                 except json.JSONDecodeError as e:
+                    if packets == 0:  # not a packet a line: the whole file is one
+                        document = True
+                        break
                     raise UserError(
                         f"{name}, line {line_no}: not valid JSON ({e.msg} at column {e.colno}); truncated or malformed line?"
                     ) from None
-                if not isinstance(packet, dict):
-                    raise UserError(f"{name}, line {line_no}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
                 packets += 1
-                yield packet
+                yield _one_packet(packet, f"{name}, line {line_no}")
+        if document:
+            with opener(path, "rt", encoding="utf-8") as f:
+                try:
+                    packet = json.loads(f.read().rstrip())  # rstrip: a cut file's error on its last line, not after
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{name}, line {e.lineno}: not valid JSON ({e.msg} at column {e.colno}); "
+                                    "truncated or malformed file?") from None
+            packets = 1
+            yield _one_packet(packet, name)
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise UserError(f"{name}, after line {line_no}: damaged gzip stream ({e}); truncated download?") from None
     except UnicodeDecodeError as e:
         raise UserError(f"{name}, after line {line_no}: not UTF-8 text ({e.reason}); damaged file?") from None
     if packets == 0:
         raise UserError(f"{name} holds no phenopacket (an empty file, or blank lines only)")
+
+
+def _one_packet(packet, where: str) -> dict:
+    if not isinstance(packet, dict):
+        raise UserError(f"{where}: expected a JSON object (one phenopacket), got {type(packet).__name__}")
+    return packet
 
 
 # ---------------------------------------------------------------- fields of one phenopacket
@@ -147,16 +181,23 @@ def pmid_of(packet: dict) -> str:
 
 
 def source_identity(path_or_url) -> dict:
-    """Which phenopacket file: its name, and the sha256 of its content (decompressed) when it is a local file."""
+    """Which phenopacket file (or directory): its name, and the sha256 of its content (decompressed) when it is
+    local."""
     source = str(path_or_url)
     local = not source.startswith(("http://", "https://"))
-    if local and not Path(source).is_file():
+    if local and not (Path(source).is_file() or Path(source).is_dir()):
         raise UserError(f"no phenopacket file at {source}")
     return {"file": Path(source).name, "sha256": content_sha256(source) if local else None}
 
 
 def content_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a file's content, decompressed if it is gzipped (so that how it was compressed does not count)."""
+    """sha256 of a file's content, decompressed if it is gzipped (so that how it was compressed does not count); of
+    a directory, over the names and contents of the files read of it (``packet_files``)."""
+    if Path(path).is_dir():
+        h = hashlib.sha256()
+        for file in packet_files(path):
+            h.update(f"{file.name}\0{content_sha256(file)}\n".encode())
+        return h.hexdigest()
     with open(path, "rb") as f:
         is_gzip = f.read(2) == _GZIP_MAGIC
     h = hashlib.sha256()

@@ -168,10 +168,12 @@ def _row_values(experiment: str, stage: str) -> dict:
 
 
 def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
-    """The project's config for a stored dataset and query set name: where their files are on this machine."""
-    from ark.config import compose
+    """The project's config for a stored dataset and query set name: where their files are on this machine. A query
+    set named only on the command line (``queries.name=...``, no file in conf/queries/) is found by its name."""
+    from ark.config import CONF, compose
 
-    return compose([f"dataset={dataset}", f"queries={queries}", "logger=none", *paths])
+    group = "queries" if (CONF / "queries" / f"{queries}.yaml").is_file() else "queries.name"
+    return compose([f"dataset={dataset}", f"{group}={queries}", "logger=none", *paths])
 
 
 @lru_cache(maxsize=4)

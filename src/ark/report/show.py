@@ -59,7 +59,8 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
         gold = next((set(q["answer_ids"]) for q in run_queries(config, tuple(overrides), limit=False)
                      if q["id"] == record.id), None)
     except UserError as e:
-        print(f"(without node names and gold marks: {e}; `make pull` or `dvc repro` brings the data)", file=out)
+        lost = "gold marks" if graph is not None else "node names and gold marks"
+        print(f"(without {lost}: {e}; `make pull` or `dvc repro` brings the data)", file=out)
     print(printable(query_text(run_dir, config, position, record, scores.get(record.id), gold, graph, max_lines)),
           file=out)
 
