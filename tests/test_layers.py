@@ -7,6 +7,7 @@ from tests.helpers import SRC, imported
 LAYERS = [  # lowest first
     ("ark.errors",),
     ("ark.secrets", "ark.io", "ark.config", "ark.machine", "ark.settings"),
+    ("ark.fetch",),
     ("ark.graph", "ark.llm"),
     ("ark.data", "ark.index"),
     ("ark.tools",),

@@ -150,7 +150,8 @@ def test_baseline_without_index_fails_clearly(tiny_project):
 def test_make_queries_reads_stark_qa(tmp_path, shared_dir):
     from ark.stages import make_queries
 
-    cfg = compose_cfg([f"paths.data={tmp_path}", f"paths.shared={shared_dir}", "dataset=stark_prime",
+    qa_dir = shared_dir / "stark" / "git_history_f899c43parent" / "data" / "primekg"  # a folder of STaRK's QA layout
+    cfg = compose_cfg([f"paths.data={tmp_path}", f"queries.qa_dir={qa_dir}", "dataset=stark_prime",
                        "queries=stark", "logger=none"])
     result = make_queries.run(cfg)
     assert result["queries"] == {"train": 6162, "val": 2241, "test": 2801}

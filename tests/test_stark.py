@@ -191,7 +191,7 @@ def test_prime_skb(tmp_path):
 
     with_rel = load_stark_skb("prime", tmp_path, relations=True)
     assert with_rel.doc[1] == g.doc[1] + (
-        "- relations:\n\n  transporter: {drug: (lepirudin),}\n  associated_with: {disease: (asthma),}"
+        "- relations:\n  transporter: {drug: (lepirudin),}\n  associated_with: {disease: (asthma),}"
     )
 
 

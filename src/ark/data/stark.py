@@ -4,7 +4,8 @@ A query is a plain dict ``{"id": str, "query": str, "answer_ids": [int, ...]}``;
 node ids, deduplicated in order (PRIME has lists with repeats, e.g. query 10049). Splits keep the order
 of their ``.index`` file, as STaRK's ``get_idx_split`` does.
 
-Layout of one dataset folder (HF ``qa/<name>/`` or the git-history copy ``data/<name>/``)::
+Layout of one dataset folder (HF ``qa/<name>/``, downloaded into ``<raw_dir>/<name>/`` beside the SKB's
+``processed/``, as STaRK's own ``load_qa(name, root)`` lays it out)::
 
     stark_qa/stark_qa.csv                      id,query,answer_ids
     stark_qa/stark_qa_human_generated_eval.csv id,query,answer_ids,answer_ids_source
@@ -39,9 +40,7 @@ def stark_qa_dir(root: str | Path, name: str) -> Path:
 
 def _require(path: Path) -> Path:
     if not path.exists():
-        raise UserError(
-            f"STaRK QA file {path} is missing; get qa/<name>/ from the Hugging Face dataset snap-stanford/stark"
-        )
+        raise UserError(f"STaRK QA file {path} is missing")
     return path
 
 
@@ -127,21 +126,26 @@ def load_stark_human_eval(qa_dir: str | Path) -> list[dict]:
 class Stark(Dataset):
     """A STaRK semi-structured knowledge base (``skb``: amazon, mag, prime), read from its HF files in ``raw_dir``
     (downloaded at ``revision`` only when absent and ``online``); with ``generate`` set, a graph of its shape made up
-    by ``ark.data.synthetic_skb`` and written in the same files, with its questions."""
+    by ``ark.data.synthetic_skb`` and written in the same files, with its questions.
+
+    ``qa_files``: the question files, ``{path under qa/<skb>/: sha256 or null}``, fetched into ``raw_dir/<skb>/<path>``
+    (from ``<mirror>/<qa_mirror_path>/<path>`` when a mirror is set), each checked against its sha256."""
 
     skb: str
     documents: dict
     online: bool = False
     revision: str | None = None
-    qa_folder: str | None = None
+    qa_files: dict | None = None
+    qa_mirror_path: str | None = None
     generate: dict | None = None
 
     def download(self, mirror: str | None = None) -> dict[str, str]:
         from ark.graph.stark import ensure_stark_files
 
         if not self.generate:
+            questions = self.fetch_questions(mirror)
             return {self.skb: str(ensure_stark_files(self.skb, self.raw_dir, revision=self.revision,
-                                                     online=self.online))}
+                                                     online=self.online)), **questions}
         from ark.data.synthetic_skb import QA_DIR, SETTINGS, generate_skb
 
         unknown = sorted(set(self.generate) - set(SETTINGS))
@@ -149,6 +153,19 @@ class Stark(Dataset):
             raise UserError(f"dataset.generate has no setting {', '.join(unknown)}; valid: {', '.join(SETTINGS)}")
         generate_skb(self.skb, self.raw_dir, **self.generate)
         return {self.skb: str(ensure_stark_files(self.skb, self.raw_dir)), "qa": f"{self.raw_dir}/{QA_DIR}"}
+
+    def fetch_questions(self, mirror: str | None = None) -> dict[str, str]:
+        """The ``qa_files`` in ``raw_dir/<skb>/``: {"qa/<skb>/<path>": local path}."""
+        from ark.fetch import fetch_pinned
+
+        fetched = {}
+        for path, sha256 in (self.qa_files or {}).items():
+            fetched[f"qa/{self.skb}/{path}"] = str(fetch_pinned(
+                Path(self.raw_dir) / self.skb / path, url=qa_url(self.skb, self.revision, path), sha256=sha256,
+                online=self.online, mirror=mirror,
+                mirror_path=f"{self.qa_mirror_path}/{path}" if self.qa_mirror_path else None,
+                setting="dataset.online=true"))
+        return fetched
 
     def build_graph(self):
         from ark.graph.stark import ensure_stark_files, load_stark_skb
@@ -158,6 +175,14 @@ class Stark(Dataset):
         if self.generate:
             graph.meta.update(dataset=self.name, source="ark.data.synthetic_skb", generate=self.generate)
         return graph
+
+
+def qa_url(skb: str, revision: str | None, path: str) -> str:
+    """The URL of the question file ``qa/<skb>/<path>`` of the HF dataset at ``revision``."""
+    from ark.fetch import hf_url
+    from ark.graph.stark import STARK_REPO
+
+    return hf_url(STARK_REPO, revision or "<stark_revision>", f"qa/{skb}/{path}")
 
 
 @dataclass(kw_only=True)
@@ -170,6 +195,21 @@ class StarkQueries(QuerySet):
     def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
         if dataset.get("generate") and self.name != "generated":
             raise UserError(f"dataset {dataset.name} is generated: its questions are queries=generated")
+        needed = [HUMAN_FILE] if self.human else [QA_FILE] + [f"split/{s}.index" for s in SPLITS]
+        for path in needed:
+            if not (Path(self.qa_dir) / path).exists():
+                raise UserError(self.missing(path, dataset))
         if self.human:
             return {"test": load_stark_human_eval(self.qa_dir)}, {}
         return load_stark_splits(self.qa_dir), {}
+
+    def missing(self, path: str, dataset) -> str:
+        """What to say about a missing question file: where the download stage puts it, also its URL and the
+        settings that fetch it."""
+        local = Path(self.qa_dir) / path
+        downloaded_here = Path(self.qa_dir) == Path(dataset.raw_dir) / str(dataset.skb)
+        if dataset.get("generate") or not dataset.get("qa_files") or not downloaded_here:
+            return f"STaRK QA file {local} is missing"
+        return (f"STaRK QA file {local} is missing; the download stage fetches it from "
+                f"{qa_url(dataset.skb, dataset.get('revision'), path)}: python -m ark.stages.download "
+                f"dataset={dataset.name} dataset.online=true (or ARK_MIRROR=<a copy> instead of the network)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -109,28 +110,33 @@ def ensure_stark_files(name: str, root: str | Path, revision: str | None = None,
     """Return the folder with the SKB files; download ``skb/<name>/processed.zip`` at ``revision`` (the commit
     ``stark_revision`` in conf/config.yaml pins) only if files are missing and ``online`` is true, else raise a
     ``UserError`` naming the missing file and how to get it."""
+    from ark.fetch import download, hf_url
+
     name = canonical_name(name)
     missing = missing_files(name, root)
+    target = skb_dir(name, root)
+    url = hf_url(STARK_REPO, revision or "<stark_revision>", f"skb/{name}/processed.zip")
     if missing and online:
         if not revision:
             raise UserError(f"downloading STaRK {name.upper()} needs a pinned revision (stark_revision)")
-        from huggingface_hub import hf_hub_download
-
-        zip_path = hf_hub_download(
-            STARK_REPO, f"skb/{name}/processed.zip", repo_type="dataset", revision=revision
-        )
-        with zipfile.ZipFile(zip_path) as archive:
-            archive.extractall(skb_dir(name, root))
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target, prefix=".fetch-") as tmp:
+            zip_path = Path(tmp) / "processed.zip"
+            download(url, zip_path)
+            try:
+                with zipfile.ZipFile(zip_path) as archive:
+                    archive.extractall(target)
+            except zipfile.BadZipFile as e:
+                raise UserError(f"{url}: not a ZIP archive ({e}); truncated download?") from None
         missing = missing_files(name, root)
     if missing:
-        target = skb_dir(name, root)
         raise UserError(
             f"STaRK {name.upper()} file {missing[0]} is missing"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-            + f". Get it with: huggingface-cli download {STARK_REPO} --repo-type dataset "
-            f"--revision {revision or '<stark_revision in conf/config.yaml>'} --include skb/{name}/processed.zip --local-dir STARK_HF && "
-            f"unzip STARK_HF/skb/{name}/processed.zip -d {target}  "
-            "(or run the download stage with dataset.online=true)"
+            + f"; set dataset.online=true to download {url} and unzip it into {target}, or fetch it by hand: "
+            f"huggingface-cli download {STARK_REPO} --repo-type dataset "
+            f"--revision {revision or '<stark_revision in conf/config.yaml>'} --include skb/{name}/processed.zip "
+            f"--local-dir STARK_HF && unzip STARK_HF/skb/{name}/processed.zip -d {target}"
         )
     return files_dir(name, root)
 

@@ -85,8 +85,8 @@ def _vote(review: dict) -> int:
 def amazon_doc(info: dict, node_type: str, dimensions: bool = True) -> str:
     """STaRK AmazonSKB.get_doc_info(add_rel=False, compact=False).
 
-    ``dimensions=True`` follows STaRK after PR #19 (dimensions/weight lines); stark-qa 1.1.0 never
-    writes them (``dimensions=False``).
+    ``dimensions=True`` writes the dimensions/weight lines of a ``details`` dict, as stark-qa 1.1.0 does
+    (tests/test_stark_parity.py); ``dimensions=False`` leaves them out.
     """
     if node_type in ("brand", "category", "color"):
         return f"{node_type} name: {info.get(node_type + '_name')}"
@@ -144,7 +144,7 @@ def prime_relations(graph: Graph, infos: list[dict], v: int) -> str:
             names = ", ".join(str(infos[i].get("name")) for i in ids[types == t])
             doc += f"{graph.node_type_names[t]}: ({names}),"
         doc += "}"
-    return "- relations:\n" + doc if doc else ""
+    return "- relations:" + doc if doc else ""  # each relation starts on a new line; no newline of its own here
 
 
 def mag_relations(graph: Graph, infos: list[dict], v: int) -> str:
