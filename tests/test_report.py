@@ -1,5 +1,6 @@
 """The report: tables and figures from runs recognised by their stored configs, and the paper's numbers beside ours."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -166,10 +167,19 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
     table9 = (tables / "table9.csv").read_text().splitlines()
     assert table9[1].startswith("all,synthetic,9,")  # 3 queries x 3 agents
+    # the site: every table, each row linking to pages of its runs that exist
+    site = Path(cfg.report.site)
+    index = (site / "index.html").read_text()
+    assert all(f'<section id="{name}">' in index for name in ("table1", "table2", "table9"))
+    links = re.findall(r'href="(runs/[^"]+\.html)"', index)
+    assert links and all((site / link).is_file() for link in links)
+    assert "../figures/figure2_hit1.png" in index and "ARK (rules_sampled)" in index
     # the same runs give the same bytes (DVC hashes the outputs)
-    first = {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
+    first = {p.name: p.read_bytes() for d in (tables, figures, site, site / "runs") for p in sorted(d.iterdir())
+             if p.is_file()}
     report.run(cfg)
-    assert first == {p.name: p.read_bytes() for d in (tables, figures) for p in sorted(d.iterdir())}
+    assert first == {p.name: p.read_bytes() for d in (tables, figures, site, site / "runs") for p in sorted(d.iterdir())
+                     if p.is_file()}
 
 
 def test_the_committed_headline_is_table1s_ark_row():

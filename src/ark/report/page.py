@@ -255,16 +255,13 @@ if (selected >= 0) drawQuery(selected);
 """
 
 
-def run_page(run: str, out: str | Path, overrides: list[str] = (), max_queries: int = MAX_QUERIES) -> Path:
-    """Write the page of ``run`` (as ``ark show`` names runs) to ``out``; the graph and gold where this checkout
-    has the run's data, else ids only."""
-    from ark.config import compose
+def load_for_page(run_dir: Path, overrides=()) -> tuple:
+    """(config, records, scores, gold, graph, metrics) of a run directory; the graph and gold where this checkout
+    has the run's data (``overrides``: where it keeps it), else None."""
     from ark.errors import UserError
     from ark.report.runs import run_graph, run_queries
-    from ark.report.show import find_run
     from ark.runs.store import load_run, read_scores
 
-    run_dir = find_run(run, Path(compose(list(overrides)).paths.results))
     config, records = load_run(run_dir)
     graph = gold = None
     try:
@@ -272,7 +269,16 @@ def run_page(run: str, out: str | Path, overrides: list[str] = (), max_queries: 
         gold = {q["id"]: q["answer_ids"] for q in run_queries(config, tuple(overrides), limit=False)}
     except UserError:
         pass
-    metrics_file = run_dir / "metrics.json"
+    metrics_file = Path(run_dir) / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
-    data = page_data(run_dir.name, config, records, read_scores(run_dir), gold, graph, metrics, max_queries)
-    return write_page(out, data)
+    return config, records, read_scores(run_dir), gold, graph, metrics
+
+
+def run_page(run: str, out: str | Path, overrides: list[str] = (), max_queries: int = MAX_QUERIES) -> Path:
+    """Write the page of ``run`` (as ``ark show`` names runs) to ``out``."""
+    from ark.config import compose
+    from ark.report.show import find_run
+
+    run_dir = find_run(run, Path(compose(list(overrides)).paths.results))
+    config, records, scores, gold, graph, metrics = load_for_page(run_dir, overrides)
+    return write_page(out, page_data(run_dir.name, config, records, scores, gold, graph, metrics, max_queries))

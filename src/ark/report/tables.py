@@ -60,7 +60,7 @@ class Table:
         for block in self.blocks():
             shown = [[row[i] for i in block] for row in self.rows]
             lines += ["| " + " | ".join(self.columns[i] for i in block) + " |", "|" + "---|" * len(block)]
-            lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in shown] + [""]
+            lines += ["| " + " | ".join(cell_text(c) for c in row) + " |" for row in shown] + [""]
         if self.note:
             lines += textwrap.wrap(self.note, WIDTH)
         if self.runs:
@@ -73,7 +73,7 @@ class Table:
         """Column indices of each Markdown block: all columns where they fit in ``WIDTH``, else the ``keys`` columns
         with as many of the next ones (kept together by the query set that starts their name) as fit."""
         def width(block: list[int]) -> int:
-            return 1 + sum(3 + max([len(self.columns[i])] + [len(_cell(row[i])) for row in self.rows]) for i in block)
+            return 1 + sum(3 + max([len(self.columns[i])] + [len(cell_text(row[i])) for row in self.rows]) for i in block)
 
         everything = list(range(len(self.columns)))
         keys = everything[:self.keys]
@@ -135,7 +135,7 @@ def headline(table1: dict, query_sets: list[str], ark_label: str) -> dict:
                             for method, row in rows.items()} for end in ("", " lo", " hi")}
 
 
-def _cell(value) -> str:
+def cell_text(value) -> str:
     if value is None:
         return ""
     if isinstance(value, Estimate):

@@ -3,7 +3,8 @@
 ``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
 STaRK numbers beside ours), ``results/figures/`` (Figures 2-5), ``results/tables/numbers.json`` (every number of the
 BioKG tables), ``results/metrics.json`` (the headline numbers ``dvc metrics show`` prints) and
-``results/notebooks/`` (the notebooks, executed on those files). Runs are recognised by their stored
+``results/notebooks/`` (the notebooks, executed on those files) and ``results/site/`` (every table and figure as a web
+page, each row linking to its runs' pages: ``ark.report.site``). Runs are recognised by their stored
 configs (``ark.report``).
 """
 from __future__ import annotations
@@ -19,7 +20,9 @@ from ark.io import write_json
 from ark.report.figures import biokg_figures
 from ark.report.notebook import execute_all
 from ark.report.paper import stark_tables
+from ark.report.page import load_for_page
 from ark.report.runs import graph, load_runs, row_settings
+from ark.report.site import write_site
 from ark.report.tables import biokg_tables, headline
 from ark.stages import clear_errors, launch
 from ark.tracking import log_files, log_summary, stage_run
@@ -51,6 +54,8 @@ def run(cfg: DictConfig) -> dict:
                    {t.name: t.machine_dependent for t in tables if t.machine_dependent and t.name in numbers})
         ark_label = row_settings(r["ark"]).get("label", r["ark"])
         write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"], ark_label))
+    if r.get("site"):
+        write_site(tables, figures, Path(r["site"]), lambda run_dir: load_for_page(run_dir, paths))
     notebooks = execute_all(Path(r["notebooks"]), Path(r["executed"])) if r["biokg"] else []
     return {"runs": len(runs), "notebooks": [p.name for p in notebooks], "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
