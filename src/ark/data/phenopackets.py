@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.request
 import zipfile
 import zlib
 from collections import Counter, defaultdict
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ark.data import Dataset, QuerySet
+from ark.fetch import download
 from ark.errors import UserError
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.graph.graph import Graph
@@ -249,12 +249,7 @@ def fetch_release(source: dict, out_dir: str | os.PathLike, mirror: str | None =
 
 
 def _download(url: str, to: Path) -> None:
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, to.open("wb") as out:
-            shutil.copyfileobj(response, out)
-    except OSError as e:  # URLError, HTTPError, a timeout
-        raise UserError(f"could not download {url} ({getattr(e, 'reason', e)}); offline, set ARK_MIRROR "
-                        "(or mirror=) to a directory holding a copy (docs/data.md)") from None
+    download(url, to, "; offline, set ARK_MIRROR (or mirror=) to a directory holding a copy")
 
 
 def _check_archive(path: Path, release: dict) -> None:
