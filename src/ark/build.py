@@ -43,7 +43,8 @@ class RunSpec:
     """Everything a run reads from the config, checked (``spec(cfg)``). The fields made with ``identity_of`` are
     its identity; the rest say how this machine carries it out and cannot change a result."""
 
-    dataset: dict = identity_of(RUN_STAGES, drop=("raw_dir", "graph_dir", "index_dir", "queries_dir", "root"))
+    dataset: dict = identity_of(RUN_STAGES, drop=("raw_dir", "graph_dir", "index_dir", "queries_dir", "root",
+                                                       "files"))  # files: where a tables graph was copied from
     queries: dict = identity_of(RUN_STAGES, drop=("qa_dir",))
     retriever: dict = identity_of(("baseline", "evaluate", "collect"))
     split: str = identity_of(RUN_STAGES, group=False)

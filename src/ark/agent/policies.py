@@ -16,6 +16,7 @@ whose ``act(messages, observations)`` returns an ``LLMResult`` (assistant messag
   which made a distilled SmolLM2 loop over node ids instead of closing its answer list. Given the agent's step
   budget ``T_max`` (as the system prompt tells a model), it answers at its last step with what it has found, so a
   budget of 2 answers with the global hits alone (a budget of 3 or more never reaches that point).
+  The answer types are the graph's own (``graph_type_words``).
 
 With ``findings`` > 0, a question that follows a list of findings ("... presents with A, B, C. Not observed: D.
 Which disease ...?") is explored finding by finding, as a clinician reads a case: the first reply searches the whole
@@ -119,6 +120,18 @@ def answer_type(query: str, type_words: dict[str, list[str]]) -> str | None:
     return best[1] if best else None
 
 
+def graph_type_words(type_words: dict[str, list[str]], node_types: list[str]) -> dict[str, list[str]]:
+    """The answer-type vocabulary on a graph with ``node_types``: ``type_words``' entries for the graph's own types,
+    then every type they do not name with the words of its own name (``biological_process``: "biological process";
+    ``gene/protein``: "gene", "protein"). An entry for a type the graph lacks is left out (``type_words`` is one
+    vocabulary for BioKG and the STaRK graphs), so no call asks a graph for a type it does not have."""
+    words = {t: list(w) for t, w in type_words.items() if t in node_types}
+    for t in node_types:
+        if t not in words:
+            words[t] = [w for w in (part.replace("_", " ").strip() for part in t.split("/")) if w]
+    return words
+
+
 class RulesPolicy:
     text_protocol = False
     client = None  # makes no model call
@@ -131,10 +144,12 @@ class RulesPolicy:
             raise ValueError(f"answer_order must be one of {', '.join(ANSWER_ORDERS)}, not {answer_order!r}")
         self.toolbox = toolbox
         self.answer_order = answer_order
-        self.type_words = type_words
+        self.type_words = graph_type_words(type_words, toolbox.graph.node_type_names)
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
         self.temperature, self.seed = temperature, seed
-        self.findings, self.via, self.bridge, self.vote_weight = findings, dict(via or {}), bridge, vote_weight
+        types = toolbox.graph.node_type_names  # a bridge type the graph lacks is never asked for
+        self.via = {t: v for t, v in (via or {}).items() if v in types}
+        self.findings, self.bridge, self.vote_weight = findings, bridge, vote_weight
 
     def answer_type(self, query: str) -> str | None:
         return answer_type(query, self.type_words)

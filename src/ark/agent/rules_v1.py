@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from ark.agent.policies import answer_type, scripted_reply
+from ark.agent.policies import answer_type, graph_type_words, scripted_reply
 from ark.llm.result import LLMResult
 from ark.tools.ark_v1 import ArkV1Toolbox, name_key
 
@@ -48,7 +48,7 @@ class RulesV1Policy:
 
     def __init__(self, toolbox: ArkV1Toolbox, type_words: dict[str, list[str]], search_size: int = 10,
                  expand: int = 2, max_answer: int = 20):
-        self.toolbox, self.type_words = toolbox, type_words
+        self.toolbox, self.type_words = toolbox, graph_type_words(type_words, toolbox.graph.node_type_names)
         self.search_size, self.expand, self.max_answer = search_size, expand, max_answer
 
     def session(self, query: str, agent: int, T_max: int | None = None) -> "_Session":
