@@ -53,11 +53,13 @@ pull: install
 	  echo "make pull: no DVC remote is configured; add one with 'dvc remote add -d <name> <url>' (docs/pipeline.md, Sharing results), or rebuild with make repro" >&2; exit 2; fi
 	$(BIN)/dvc pull
 
+# the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process)
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 test-all: install
-	$(BIN)/pytest -q -m "slow or not slow"
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "slow or not slow"
 
 bench: install
 	$(BIN)/python benchmarks/tools_latency.py

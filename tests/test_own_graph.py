@@ -222,7 +222,6 @@ def run_commands(commands: str, cwd: Path) -> str:
     return out.stdout
 
 
-@pytest.mark.slow  # nine processes: 15 s idle, ~30 s on two busy cores; the in-process test above runs the same
 def test_the_walkthrough_runs_as_written(tmp_path):
     """Every ```bash block of the page but `dvc repro`, in order, in one shell, from a directory holding the example
     (as a fresh clone does); each step prints what the page shows."""
