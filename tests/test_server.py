@@ -244,3 +244,58 @@ def test_the_bodies_read_at_once_have_a_budget_across_connections():
             s.close()
         time.sleep(0.3)
         assert post(server, 5)[0] == 200  # given back when those connections went away
+
+
+def test_511_kept_alive_connections_trickling_their_next_headers_do_not_hold_the_server():
+    """At the connection limit's scale: 511 connections that each finish one request and then send the next one's
+    headers a byte at a time are closed at header_timeout, and a new client is served soon after."""
+
+    async def request(reader, writer) -> int:
+        body = json.dumps({"model": "slow", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        writer.write(head(len(body)) + body)
+        await writer.drain()
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in headers.split(b"\r\n")
+                          if line.lower().startswith(b"content-length")))
+        await reader.readexactly(length)
+        return int(headers.split(b" ")[1])
+
+    async def trickle(writer, stop: asyncio.Event) -> None:
+        try:
+            for byte in b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" * 10:
+                if stop.is_set():
+                    return
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.2)
+        except OSError:  # closed by the server: what should happen
+            pass
+
+    async def scenario(server) -> tuple[int, float, int]:
+        connections = []
+        for start in range(0, 511, 64):  # opened in waves: the queue holds a bounded number of requests
+            wave = [await asyncio.open_connection(*server.socket.getsockname()[:2]) for _ in range(min(64, 511 - start))]
+            assert all(s == 200 for s in await asyncio.gather(*(request(r, w) for r, w in wave)))
+            connections += wave
+        stop = asyncio.Event()
+        trickles = [asyncio.create_task(trickle(w, stop)) for _, w in connections]
+        await asyncio.sleep(0.3)
+        start = time.monotonic()
+        status = 503
+        while status != 200 and time.monotonic() - start < 15:
+            status = (await asyncio.to_thread(post, server, 5))[0]
+            if status != 200:
+                await asyncio.sleep(0.2)
+        served_after = time.monotonic() - start
+        await asyncio.sleep(2.0)  # every trickling connection has passed its deadline (the trickle lasts 90 s)
+        closed = sum(r.at_eof() for r, _ in connections)
+        stop.set()
+        await asyncio.gather(*trickles)
+        for _, w in connections:
+            w.close()
+        return status, served_after, closed
+
+    with ChatServer(SlowModel().generate, workers=1, header_timeout=1.0, max_connections=512) as server:
+        status, served_after, closed = asyncio.run(scenario(server))
+    assert status == 200 and served_after < 5  # within a few header deadlines, not for as long as they trickle
+    assert closed == 511  # the server closed every trickling connection
