@@ -220,6 +220,47 @@ def test_a_cache_that_fills_up_degrades_to_no_cache_and_keeps_the_run_going(tmp_
     assert sum("cannot be written" in r.message for r in caplog.records) == 1  # one warning, not one per call
 
 
+def test_a_cache_that_fills_up_mid_run_loses_no_query(six_queries, tmp_path, monkeypatch, caplog):
+    """The whole engine, with an LLM cache whose disk fills after its first 5 replies: every query is still asked,
+    answered and recorded (the probe of issue 38 lost all 40 queries' work), with one warning."""
+    import sqlite3
+
+    from ark import build
+    from ark.llm.cache import ResponseCache
+    from ark.runs.execute import execute
+
+    opened = ResponseCache.__init__
+    written = []
+
+    def fills_up(self, *args, **kwargs):  # a test double of the disk under the cache: full after 5 inserts
+        opened(self, *args, **kwargs)
+        real = self._db
+
+        class Filling:
+            def execute(self, sql, *params):
+                if sql.startswith("INSERT"):
+                    if len(written) >= 5:
+                        raise sqlite3.OperationalError("database or disk is full")
+                    written.append(sql)
+                return real.execute(sql, *params)
+
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+        self._db = Filling()
+
+    monkeypatch.setattr(ResponseCache, "__init__", fills_up)
+    out = tmp_path / "filling"
+    endpoint = FaultEndpoint(faults=())
+    with endpoint.serve() as server:
+        args = stage_args(six_queries, server.url, out)[3:]  # the stage's overrides, run in this process
+        result = execute(build.spec(compose_cfg(args)), "evaluate")
+    assert len(written) == 5 and len(endpoint.log) > 5  # the cache filled up early in the run
+    assert result["n_queries"] == len(QUERIES) and result["n_incomplete"] == 0
+    assert len((run_dir(out) / "records.jsonl").read_text().splitlines()) == len(QUERIES)
+    assert sum("cannot be written" in r.message for r in caplog.records) == 1
+
+
 def test_a_full_disk_ends_a_stage_in_one_line_and_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
     import errno
 
