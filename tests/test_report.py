@@ -10,6 +10,7 @@ from ark.report.figures import budget_grid
 from ark.report.paper import stark_tables
 from ark.report.runs import RunData, load_runs
 from ark.report.tables import table5
+from tests.test_page import chromium  # noqa: F401  (a fixture)
 from tests.conftest import compose_cfg
 
 
@@ -180,6 +181,22 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     report.run(cfg)
     assert first == {p.name: p.read_bytes() for d in (tables, figures, site, site / "runs") for p in sorted(d.iterdir())
                      if p.is_file()}
+
+
+def test_the_report_site_opens_in_a_browser_with_every_row_linked(tiny_runs, chromium):
+    from ark.stages import report
+    from tests.test_page import render
+
+    cfg = compose_cfg(tiny_runs)
+    report.run(cfg)
+    site = Path(cfg.report.site)
+    dom, console = render(chromium, site / "index.html")
+    assert console == [] and "Table 1: retrieval on BioKG" in dom
+    table1 = dom.split('<section id="table1">')[1].split("</section>")[0]
+    rows = [r for r in re.findall(r"<tr>(.*?)</tr>", table1, flags=re.S) if "<td" in r]
+    assert len(rows) == 2 and all('href="runs/' in r for r in rows)  # BM25 and ARK, each linked to its run's page
+    page, _ = render(chromium, site / re.search(r'href="(runs/[^"]+)"', dom).group(1))
+    assert "agent 0:" in page or "ranking (top" in page
 
 
 def test_the_committed_headline_is_table1s_ark_row():
