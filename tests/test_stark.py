@@ -78,18 +78,21 @@ PRIME_RELATIONS = ["ppi", "carrier", "enzyme", "target", "transporter", "contrai
                    "expression present", "expression absent"]
 
 
+# three PRIME nodes with the detail fields its documents render or skip (also read by tests/test_stark_parity.py)
+PRIME_NODES = {
+    0: {"id": "1234", "type": "disease", "name": "asthma", "source": "MONDO",
+        "details": {"mondo_definition": "a lung disease", "_hidden": "x", "umls_id": "C1",
+                    "mayo_symptoms": "nan", "orphanet_prevalence": ""}},
+    1: {"id": "5243", "type": "gene/protein", "name": "ABCB1", "source": "NCBI",
+        "details": {"summary": "a transporter", "generif": [{"text": "binds drugs"}, {"text": "in gut"}],
+                    "interpro": {"desc": "ABC transporter"}, "genomic_pos": [{"chr": "7"}, {"chr": "X"}],
+                    "query": "ABCB1"}},
+    2: {"id": "DB00001", "type": "drug", "name": "lepirudin", "source": "DrugBank", "details": {}},
+}
+
+
 def write_prime(root):
-    node_info = {
-        0: {"id": "1234", "type": "disease", "name": "asthma", "source": "MONDO",
-            "details": {"mondo_definition": "a lung disease", "_hidden": "x", "umls_id": "C1",
-                        "mayo_symptoms": "nan", "orphanet_prevalence": ""}},
-        1: {"id": "5243", "type": "gene/protein", "name": "ABCB1", "source": "NCBI",
-            "details": {"summary": "a transporter", "generif": [{"text": "binds drugs"}, {"text": "in gut"}],
-                        "interpro": {"desc": "ABC transporter"}, "genomic_pos": [{"chr": "7"}, {"chr": "X"}],
-                        "query": "ABCB1"}},
-        2: {"id": "DB00001", "type": "drug", "name": "lepirudin", "source": "DrugBank", "details": {}},
-        3: {"id": "DB00002", "type": "drug", "name": "cetuximab", "source": "DrugBank"},
-    }
+    node_info = {**PRIME_NODES, 3: {"id": "DB00002", "type": "drug", "name": "cetuximab", "source": "DrugBank"}}
     # already symmetric: (0,1) associated with, (1,2) transporter, (2,3) synergistic interaction
     edges = [(0, 1, 9), (1, 0, 9), (1, 2, 4), (2, 1, 4), (2, 3, 8), (3, 2, 8)]
     write_skb(root / "prime" / "processed", node_info, [0, 1, 3, 3], dict(enumerate(PRIME_TYPES)), edges,

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ark.graph.stark import load_stark_skb
+from tests.test_stark import PRIME_NODES
 
 # STaRK's code uses torch's legacy sparse constructor and torch_geometric's torch.jit.script: their deprecation notes
 pytestmark = pytest.mark.filterwarnings("ignore:torch.sparse.SparseTensor:UserWarning",
@@ -89,14 +90,7 @@ def assert_same(skb, name: str, root: Path, relation_docs: list[int]):
 
 def test_prime(stark, tmp_path):
     node_info = {
-        0: {"id": "1234", "type": "disease", "name": "asthma", "source": "MONDO",
-            "details": {"mondo_definition": "a lung disease", "_hidden": "x", "umls_id": "C1",
-                        "mayo_symptoms": "nan", "orphanet_prevalence": ""}},
-        1: {"id": "5243", "type": "gene/protein", "name": "ABCB1", "source": "NCBI",
-            "details": {"summary": "a transporter", "generif": [{"text": "binds drugs"}, {"text": "in gut"}],
-                        "interpro": {"desc": "ABC transporter"}, "genomic_pos": [{"chr": "7"}, {"chr": "X"}],
-                        "query": "ABCB1"}},
-        2: {"id": "DB00001", "type": "drug", "name": "lepirudin", "source": "DrugBank", "details": {}},
+        **PRIME_NODES,
         3: {"id": "DB00002", "type": "drug", "name": "cetuximab", "source": "DrugBank",
             "details": {"description": "an antibody", "half_life": "nan", "state": "liquid"}},
         4: {"id": "R-1", "type": "pathway", "name": "drug transport", "source": "REACTOME"},
