@@ -62,10 +62,12 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     write_run(runs, "d", row("table5/student"), 0.3, 0.02)
     write_run(runs, "e", row("table5/student", T_max=20), 0.5)  # other settings: not a row of this table
     write_run(runs, "f", row("table1/ark"), 0.5)  # another table's row
+    on_lpo = identity(spec(experiment_config("table5/teacher", "biokg_lpo", "synthetic", ())), "evaluate")
+    write_run(runs, "f2", on_lpo, 0.9)  # the teacher on another graph than the table scores synthetic on
     (adapter / "adapter_model.safetensors").write_bytes(b"retrained")
     write_run(runs, "g", row("table5/student"), 0.9)  # the retrained adapter's run...
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")  # ...is not the student's now in data/
-    t = table5(load_runs([runs]), tmp_path / "distill")
+    t = table5(load_runs([runs]), tmp_path / "distill", {"synthetic": "biokg"})
     # one comparison per run length: the first 20 queries (every run, those of 50 on their first 20), then 50
     assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "a", "b", "d"]
     assert [row[1] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]

@@ -549,16 +549,15 @@ def metrics_on(run: RunData, ids: list[str]) -> dict:
     return out
 
 
-def distillation_rows(runs: list[RunData], distill_dir: Path) -> list[dict]:
+def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]) -> list[dict]:
     """Table 5's comparisons: the runs of its row files (``conf/experiment/table5/``: one agent, a few steps, the first
-    test queries; BM25 on the same). Per query set, one comparison per run length n: every run that covers the first
-    n queries, each scored on exactly those n; each model's Hit@1 as a share of the teacher's (the row file with
-    ``teacher: true``) on them."""
+    test queries; BM25 on the same), each query set on its graph in ``on``. Per query set, one comparison per run
+    length n: every run that covers the first n queries, each scored on exactly those n; each model's Hit@1 as a share
+    of the teacher's (the row file with ``teacher: true``) on them."""
     found = []
-    query_sets = sorted({r.config["queries"]["name"] for r in runs})
     for experiment in table_rows("table5"):
         row = row_settings(experiment)
-        for run in experiment_runs(runs, experiment, query_sets).values():
+        for run in experiment_runs(runs, experiment, list(on), on).values():
             found.append((row.get("order", 0), row_label(row, run.config, distill_dir), run, bool(row.get("teacher"))))
     rows = []
     for q in sorted({run.config["queries"]["name"] for _, _, run, _ in found}):
@@ -580,17 +579,18 @@ def distillation_rows(runs: list[RunData], distill_dir: Path) -> list[dict]:
     return rows
 
 
-def table5(runs, distill_dir: Path) -> Table:
+def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
+    """``on``: {query set: the graph it is scored on}, as in Table 1 (the case reports: leave-publication-out)."""
     t_max = experiment_config(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
-    t = Table("table5", f"Table 5: backbones and the distilled student on BioKG, first test queries, 1 agent, "
-                        f"T_max {t_max} (x100)",
+    graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
+    t = Table("table5", f"Table 5: backbones and the distilled student on BioKG ({graphs}), first test queries, "
+                        f"1 agent, T_max {t_max} (x100)",
               ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
-                   "SmolLM2-135M trained on its trajectories (distill stage). Each block of rows is one comparison: "
-                   "every run that covers the first n test queries, scored on exactly those n (a longer run appears "
-                   "in a block with its first n). Its case-report rows are on the full graph, leaky for them (they "
-                   "are not yet run on the leave-publication-out graph).", keys=3)
-    found = distillation_rows(runs, distill_dir)
+                   "SmolLM2-135M trained on its trajectories (distill stage), collected on the graph each query set "
+                   "is scored on. Each block of rows is one comparison: every run that covers the first n test "
+                   "queries, scored on exactly those n (a longer run appears in a block with its first n).", keys=3)
+    found = distillation_rows(runs, distill_dir, on)
     t.note += f" {where([('', {r['queries']: r['run_data']}) for r in found])} Intervals: {METHOD}."
     for r in found:
         share = r.get("teacher_hit1_share")
@@ -610,6 +610,6 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     on = {q: graph_of.get(q, "biokg") for q in qs}  # each query set on the graph Table 1 scores it on
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
             table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
-            table5(runs, distill_dir), table6(queries_root, qs, split), table7(graphs),
+            table5(runs, distill_dir, on), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, on, ark), table9(runs, on, ark), table10(runs, on, ark)]
