@@ -455,7 +455,7 @@ CASES = [
     ("distill-teacher-no-run", "distill", ["distill.teacher=${paths.root}/qa"], None,
      "expected one run directory in", False),
     ("distill-teacher-other-dataset", "distill", lambda p: teacher(p) + ["dataset=stark_prime"], None,
-     "is on biokg, not on stark_prime", False),
+     "is on biokg, whose nodes are not those of stark_prime", False),
 ]
 
 

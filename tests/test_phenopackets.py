@@ -399,6 +399,12 @@ def test_a_graph_cut_for_the_test_cases_refuses_the_validation_split(tmp_path):
         build.queries(build.spec(compose_cfg(base + ["split=test", "queries.split_fractions=[0.5,0.25,0.25]"])), g)
     with pytest.raises(UserError, match="no queries|no query file|not found|No such"):  # the cut fits: on to the file
         build.queries(build.spec(compose_cfg(base + ["split=test"])), g)
+    # label-free collection of training trajectories on the graph cut for the test cases: the split is not refused
+    with pytest.raises(UserError, match="no queries|no query file|not found|No such"):
+        build.queries(build.spec(compose_cfg(base + ["split=train"])), g, labels=False)
+    with pytest.raises(UserError, match="not those of split=train with queries.split_fractions"):  # but its cut is
+        build.queries(build.spec(compose_cfg(base + ["split=train", "queries.split_fractions=[0.5,0.25,0.25]"])), g,
+                      labels=False)
 
 
 def test_the_lpo_table_counts_the_answerable_cases_of_the_split_each_graph_was_cut_for(tmp_path):

@@ -507,3 +507,19 @@ def test_the_endpoint_from_the_environment_and_the_served_model_key_the_cache(ti
         again = evaluate.run(compose_cfg(args + [f"run.root={tmp_path}/again"]))
         assert server.url == url_b
     assert restarted.calls == 6 and again["model_calls"] == 6
+
+
+def test_a_leave_publication_out_cut_has_the_nodes_of_its_graph_and_stark_has_others():
+    """distill accepts teacher runs on a cut of the student's graph (node ids mean the same), not on another graph."""
+    from ark.runs.identity import identity_fields, same_graph_up_to_cut, setting
+    from tests.conftest import compose_cfg
+
+    field = next(f for f in identity_fields("collect") if f.name == "dataset")
+    biokg, lpo, lpo_val, prime = (setting(spec(compose_cfg([f"dataset={d}"])), field)
+                                  for d in ("biokg", "biokg_lpo", "biokg_lpo_val", "stark_prime"))
+    assert lpo["name"] == "biokg_lpo" and lpo["exclude_splits"] == ["test"]  # the stored settings, cut included
+    assert same_graph_up_to_cut(lpo, biokg) and same_graph_up_to_cut(biokg, lpo)
+    assert same_graph_up_to_cut(lpo, lpo_val)
+    assert not same_graph_up_to_cut(prime, biokg)
+    other_documents = {**lpo, "documents": {**lpo["documents"], "max_per_relation": 5}}
+    assert not same_graph_up_to_cut(other_documents, biokg)

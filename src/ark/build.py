@@ -190,7 +190,9 @@ def queries(spec: RunSpec, graph, labels: bool = True) -> list[dict]:
     generator's metadata are never looked at.
 
     On a leave-publication-out graph, the queries must come from the phenopacket file whose publications the
-    graph left out."""
+    graph left out, split as it was cut, and be scored on a split it was cut for. Label-free collection may read
+    another split (the teacher's training queries on the graph cut for the test cases: what the student is
+    evaluated on then never reaches its training data)."""
     from ark.data.queries import brief, load_queries
 
     left_out = (graph.meta.get("excluded") or {}).get("source")
@@ -205,8 +207,8 @@ def queries(spec: RunSpec, graph, labels: bool = True) -> list[dict]:
                             f"(sha256 {str(left_out['sha256'])[:12]}…), but queries.source is {source}: rebuild "
                             "the graph with dataset.exclude_publications_of set to it")
         splits, fractions = left_out.get("splits"), left_out.get("split_fractions")
-        if splits is not None and (parse_split(spec.split)[0] not in splits or [
-                float(f) for f in fractions_wanted or ()] != fractions):
+        if splits is not None and ((labels and parse_split(spec.split)[0] not in splits)
+                                   or [float(f) for f in fractions_wanted or ()] != fractions):
             raise UserError(f"{spec.dataset['name']} leaves out the publications of the {'/'.join(splits)} cases "
                             f"(split_fractions {fractions}), not those of split={spec.split} with "
                             f"queries.split_fractions {list(fractions_wanted or ())}: use a "

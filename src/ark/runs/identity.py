@@ -65,31 +65,41 @@ def identity(spec: RunSpec, stage: str) -> dict:
     """The result-affecting settings of a ``stage`` run, as plain data (what ``config.yaml`` of the run holds): the
     spec's identity fields (their config values, ``_target_`` and the ``drop`` keys removed) and the contents of
     its inputs."""
-    from ark.data.queries import parse_split
-
     out: dict = {"stage": stage}
     for f in identity_fields(stage):
-        key = f.metadata["key"] or f.name
-        if key == "subset_seed":  # which queries a fractional split keeps; no setting at all for a whole split
-            value = spec.subset_seed if parse_split(spec.split)[1] is not None else None
-        elif key == "retriever":  # the index's settings
-            value = index_settings(_at(spec.config, key), spec.index_dir)
-        else:
-            value = _at(spec.config, key)
-        if isinstance(value, dict):  # _target_: which class reads the settings, not a setting
-            value = {k: v for k, v in value.items() if k not in f.metadata["drop"] and k != "_target_"}
-            for file_key in FILE_KEYS:
-                if value.get(file_key):
-                    value[file_key] = Path(str(value[file_key])).name
-            if key == "backbone":
-                value = _backbone_identity(value, spec)
+        value = setting(spec, f)
         if value is not None or f.metadata["keep_none"]:
-            out[key] = value
+            out[f.metadata["key"] or f.name] = value
     inputs = data_inputs(spec, stage)
     out["inputs"] = {role: content_sha256(path) for role, path in inputs.items()}
     if stage == "collect":  # label-free: what it reads of the query file is each row's id and text, never its gold
         out["inputs"]["queries"] = _label_free_sha256(inputs["queries"]) or out["inputs"]["queries"]
     return out
+
+
+def setting(spec: RunSpec, f) -> object:
+    """The stored value of one identity field ``f`` of ``spec`` (a group's settings as plain data)."""
+    from ark.data.queries import parse_split
+
+    key = f.metadata["key"] or f.name
+    if key == "subset_seed":  # which queries a fractional split keeps; no setting at all for a whole split
+        return spec.subset_seed if parse_split(spec.split)[1] is not None else None
+    value = index_settings(_at(spec.config, key), spec.index_dir) if key == "retriever" else _at(spec.config, key)
+    if isinstance(value, dict):  # _target_: which class reads the settings, not a setting
+        value = {k: v for k, v in value.items() if k not in f.metadata["drop"] and k != "_target_"}
+        for file_key in FILE_KEYS:
+            if value.get(file_key):
+                value[file_key] = Path(str(value[file_key])).name
+        if key == "backbone":
+            value = _backbone_identity(value, spec)
+    return value
+
+
+def same_graph_up_to_cut(a: dict, b: dict) -> bool:
+    """Whether two stored graph settings (a run's ``dataset``) build the same graph up to a leave-publication-out cut
+    (which removes annotations, never a node: node ids mean the same in both)."""
+    cut = ("name", "exclude_publications_of", "exclude_split_fractions", "exclude_splits")
+    return {k: v for k, v in a.items() if k not in cut} == {k: v for k, v in b.items() if k not in cut}
 
 
 def _backbone_identity(value: dict, spec: RunSpec) -> dict:

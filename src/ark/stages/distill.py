@@ -28,6 +28,7 @@ from ark.data.queries import split_of
 from ark.errors import UserError
 from ark.settings import is_int
 from ark.io import atomic_dir, write_json
+from ark.runs.identity import identity_fields, same_graph_up_to_cut, setting
 from ark.runs.store import load_run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_summary, stage_run
@@ -54,14 +55,16 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         raise UserError("distill.teacher must name the teacher's run (a run directory or a run root), or a list")
     teachers = [teacher_run(p) for p in ([d.teacher] if isinstance(d.teacher, str) else d.teacher)]
     runs = [load_run(t) for t in teachers]
-    for t, (config, _) in zip(teachers, runs):
-        if config.get("dataset", {}).get("name") != cfg.dataset.name:
-            raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, not on "
-                            f"{cfg.dataset.name}")
+    spec = build.spec(cfg)
+    graph = setting(spec, next(f for f in identity_fields("collect") if f.name == "dataset"))
+    for t, (config, _) in zip(teachers, runs):  # its trajectories name nodes by index: they must mean the same
+        if not same_graph_up_to_cut(config.get("dataset") or {}, graph):
+            raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, whose nodes are not "
+                            f"those of {cfg.dataset.name} (a leave-publication-out cut of it would be)")
     budgets = dict(d.get("budgets") or {})
     if budgets:
         check_nested(d, budgets)
-    tools = build.toolbox(build.spec(cfg)).schemas()  # the tool set the student will be served with
+    tools = build.toolbox(spec).schemas()  # the tool set the student will be served with
     from ark.distill.sft import sft_samples
     from ark.distill.train import load_base, train_lora
 
