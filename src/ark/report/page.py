@@ -128,8 +128,10 @@ header h1{font-size:17px;margin:0 0 4px}
 header .settings span{display:inline-block;margin-right:14px;opacity:.9}
 main{display:grid;grid-template-columns:minmax(300px,28%) 1fr;gap:0;height:calc(100vh - 70px)}
 #list{overflow:auto;border-right:1px solid #ddd;background:#fff}
-#list table{border-collapse:collapse;width:100%}
-#list td,#list th{padding:4px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+#list table{border-collapse:collapse;width:100%;table-layout:fixed}
+#list td,#list th{padding:4px 6px;border-bottom:1px solid #eee;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+#list th:nth-child(1){width:2.6em} #list th:nth-child(2){width:34%} #list th:nth-child(3){width:3.6em}
+#list .clip{display:-webkit-box;-webkit-line-clamp:2;-webkit-box-orient:vertical;overflow:hidden;color:#444}
 #list tr.q{cursor:pointer} #list tr.q:hover{background:#eef4ff} #list tr.sel{background:#dbe8ff}
 #pager{padding:6px;display:flex;gap:6px;align-items:center}
 #detail{overflow:auto;padding:12px 18px}
@@ -186,7 +188,7 @@ function drawList() {
   D.queries.slice(start, start + PAGE).forEach((q, j) => {
     const i = start + j;
     const hit = q.scores && q.scores["hit@1"] !== undefined ? fmt(q.scores["hit@1"]) : "-";
-    const tr = el("tr", {class: "q" + (i === selected ? " sel" : ""), "data-i": i}, el("td", {}, i), el("td", {}, q.id), el("td", {}, hit), el("td", {}, q.query.length > 90 ? q.query.slice(0, 89) + "…" : q.query));
+    const tr = el("tr", {class: "q" + (i === selected ? " sel" : ""), "data-i": i}, el("td", {}, i), el("td", {}, q.id), el("td", {}, hit), el("td", {}, el("div", {class: "clip"}, q.query.length > 160 ? q.query.slice(0, 159) + "…" : q.query)));
     tr.addEventListener("click", () => { selected = i; drawList(); drawQuery(i); location.hash = "q" + i; });
     rows.append(tr);
   });
