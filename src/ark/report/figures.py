@@ -126,7 +126,7 @@ def figure4(runs, distill_dir: Path, graphs: dict[str, str], out: Path) -> list[
     base model drawn on the same queries."""
     rows = distillation_rows(runs, distill_dir, graphs)
     panels = {}
-    for q in sorted({r["queries"] for r in rows}):
+    for q in dict.fromkeys(r["queries"] for r in rows):  # Table 5's order
         of_set = [r for r in rows if r["queries"] == q]
         for n in sorted({r["n_queries"] for r in of_set}):  # the smallest comparison with every student in it
             block = [r for r in of_set if r["n_queries"] == n]

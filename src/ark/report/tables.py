@@ -560,7 +560,7 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]
         for run in experiment_runs(runs, experiment, list(on), on).values():
             found.append((row.get("order", 0), row_label(row, run.config, distill_dir), run, bool(row.get("teacher"))))
     rows = []
-    for q in sorted({run.config["queries"]["name"] for _, _, run, _ in found}):
+    for q in [q for q in on if any(run.config["queries"]["name"] == q for _, _, run, _ in found)]:  # Table 1's order
         of_set = [(order, label, run, teacher, list(run.scores)) for order, label, run, teacher in found
                   if run.config["queries"]["name"] == q]
         for n in sorted({len(ids) for *_, ids in of_set}):
