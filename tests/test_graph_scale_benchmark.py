@@ -1,17 +1,14 @@
 """benchmarks/graph_scale.py end to end at a tiny size: every step runs, the JSON and the plot are written."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 
 def test_graph_scale_writes_its_figures_and_plot(tmp_path, capsys):
     pytest.importorskip("polars")
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "graph_scale.py"
-    spec = importlib.util.spec_from_file_location("graph_scale", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("graph_scale")
     out = tmp_path / "scale.json"
     assert bench.main(["--sizes", "2000", "--calls", "5", "--workdir", str(tmp_path / "work"), "--out", str(out)]) == 0
     (result,) = json.loads(out.read_text())["results"]
