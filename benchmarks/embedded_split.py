@@ -21,9 +21,9 @@ The split, in seconds of wall time (the model runs one forward pass at a time, s
 one at a time, so theirs is the model's own use of the cores; the grammar and sampling run beside them, so theirs
 also counts the model's concurrent work.
 
-Also the prompt tokens the prefix cache held (and the requests that found nothing there), the process's CPU seconds
-over the run (cores busy on average) and the machine. A Table 5 row's inputs must be
-built (``dvc repro`` up to its graph and index).
+Also the run's metrics, the prompt tokens the prefix cache held (and the requests that found nothing there), the
+process's CPU seconds over the run (cores busy on average) and the machine. A Table 5 row's inputs must be built
+(``dvc repro`` up to its graph and index).
 """
 from __future__ import annotations
 
@@ -173,10 +173,12 @@ def main(argv=None) -> dict:
     report = {"row": args.row, "queries": args.queries, "dataset": dataset, "limit": args.limit,
               "overrides": overrides[:3] + args.set, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
               "cores_busy": round(cpu / wall, 2), "n_queries": result["n_queries"],
-              "model_calls": result["model_calls"], "split": split.table(wall), "prefix_cache": split.reuse(),
+              "model_calls": result["model_calls"], "metrics": {k: result[k] for k in cfg.metrics},
+              "split": split.table(wall), "prefix_cache": split.reuse(),
               "machine": machine(["transformers"])}
     print(f"{args.row} on {dataset}/{args.queries}, first {args.limit} queries: {wall:.1f} s wall, "
-          f"{cpu:.1f} CPU s ({cpu / wall:.2f} cores busy), {result['model_calls']} model calls")
+          f"{cpu:.1f} CPU s ({cpu / wall:.2f} cores busy), {result['model_calls']} model calls, "
+          + " ".join(f"{k}={v:.4f}" for k, v in report["metrics"].items()))
     print("| part | seconds | share of wall | cores busy | calls | tokens (rows) | tokens/s |")
     print("|---|---|---|---|---|---|---|")
     for row in report["split"]:
