@@ -163,8 +163,10 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     assert all((figures / f).read_bytes()[:4] == b"\x89PNG" for f in out["figures"])
     metrics = json.loads((tables / "numbers.json").read_text())
     ark = metrics["table1"]["ARK (rules_sampled)"]
-    headline = json.loads(Path(cfg.report.metrics).read_text())  # the few numbers `dvc metrics show` prints
-    assert headline["hit@1"]["ark"] == {q: ark[f"{q} Hit@1"] for q in headline["hit@1"]["ark"]}
+    headline = {p.stem: json.loads(p.read_text()) for p in Path(cfg.report.metrics).glob("*.json")}  # dvc metrics show
+    assert headline and all(headline[q]["hit@1"]["ark"] == ark[f"{q} Hit@1"] for q in headline)
+    assert all(headline[q]["hit@1"]["ark_lo"] <= headline[q]["hit@1"]["ark"] <= headline[q]["hit@1"]["ark_hi"]
+               for q in headline)
     # Table 3 re-fuses the stored per-agent lists: its voting row must equal the run's own scores
     assert {k: v for k, v in metrics["table3"]["voting"].items()} == {k: ark[k] for k in metrics["table3"]["voting"]}
     assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
@@ -202,20 +204,28 @@ def test_the_report_site_opens_in_a_browser_with_every_row_linked(tiny_runs, chr
 
 
 def test_the_committed_headline_is_table1s_ark_row():
-    """``results/metrics.json`` (what ``dvc metrics show`` prints) holds the Hit@1 of Table 1's BM25 row and of its
-    ARK row, the row of the report's ARK row file (``report.ark``), not another row whose label starts with ARK."""
+    """``results/metrics/<query set>.json`` (what ``dvc metrics show`` prints) holds the Hit@1 of Table 1's BM25 row
+    and of its ARK row, with their intervals, the row of the report's ARK row file (``report.ark``), not another row
+    whose label starts with ARK; and the graph each query set is scored on."""
     import csv
 
     from ark.report.runs import row_settings
+    from ark.report.tables import scored_on
     from tests.conftest import ROOT, compose_cfg
 
-    ark_label = row_settings(compose_cfg([]).report.ark)["label"]
+    report = compose_cfg([]).report
+    ark_label = row_settings(report.ark)["label"]
     with open(ROOT / "results/tables/table1.csv", newline="") as f:
         rows = {r["method"]: r for r in csv.DictReader(f)}
-    headline = json.loads((ROOT / "results/metrics.json").read_text())["hit@1"]
-    for method, label in (("bm25", "BM25"), ("ark", ark_label)):
-        assert headline[method] and headline[method] == {
-            q: float(rows[label][f"{q} Hit@1"]) for q in headline[method]}, (method, label)
+    headline = {p.stem: json.loads(p.read_text()) for p in (ROOT / "results/metrics").glob("*.json")}
+    assert sorted(headline) == sorted(report.query_sets)
+    graphs = scored_on(dict(report.graph_of), report.query_sets)
+    for q, numbers in headline.items():
+        assert numbers["graph"] == graphs[q]
+        for method, label in (("bm25", "BM25"), ("ark", ark_label)):
+            for end in ("", " lo", " hi"):
+                assert numbers["hit@1"][method + end.replace(" ", "_")] == float(rows[label][f"{q} Hit@1{end}"]), \
+                    (q, method, end)
 
 
 def test_the_readme_results_blocks_are_the_reports_tables(tmp_path):

@@ -11,5 +11,5 @@ def test_dvc_metrics_show_fits_a_terminal_and_loads_every_metric():
     assert out.returncode == 0, out.stderr
     assert "failed" not in (out.stdout + out.stderr).lower()
     lines = out.stdout.splitlines()
-    assert any(line.startswith("results/metrics.json") for line in lines)
+    assert sum(line.startswith("results/metrics/") for line in lines) == 3  # one row a query set
     assert max(map(len, lines)) <= 200

@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ark.report.runs import RunData, experiment_runs, experiment_sweep  # noqa: E402
-from ark.report.tables import ark_setting, distillation_rows, estimate, train_samples, trajectory_rows  # noqa: E402
+from ark.report.tables import (ark_setting, distillation_rows, estimate, scored_on, train_samples,  # noqa: E402
+                              trajectory_rows)
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
@@ -201,7 +202,7 @@ def _save(fig, path: Path) -> Path:
 
 def biokg_figures(runs, cfg_report, distill_dir: Path, out: Path) -> list[Path]:
     ark, graph_of = cfg_report["ark"], dict(cfg_report["graph_of"])
-    graphs = {q: graph_of.get(q, "biokg") for q in cfg_report["query_sets"]}  # as Table 1 scores each query set
+    graphs = scored_on(graph_of, cfg_report["query_sets"])
     return (figure2(runs, graphs, ark_setting(ark), out) + figure3(runs, graphs, ark, out)
             + figure4(runs, distill_dir, graphs, out) + figure5(runs, graphs, ark, out))
 

@@ -126,13 +126,24 @@ class Table:
                 for label, row in zip(self.labels, rows)}
 
 
-def headline(table1: dict, query_sets: list[str], ark_label: str) -> dict:
-    """The few numbers ``dvc metrics show`` prints: Hit@1 (x100) of BM25 and of ARK on each query set, from
-    Table 1's numbers (``Table.numbers``); ARK is the row labelled ``ark_label``, its row file's label (``report.ark``:
-    ``row_settings``). Every table's numbers are in ``tables/numbers.json``."""
-    rows = {"bm25": table1.get("BM25", {}), "ark": table1.get(ark_label, {})}
-    return {f"hit@1{end.replace(' ', '_')}": {method: {q: row[f"{q} Hit@1{end}"] for q in query_sets if f"{q} Hit@1{end}" in row}
-                            for method, row in rows.items()} for end in ("", " lo", " hi")}
+def scored_on(graph_of: dict, query_sets) -> dict[str, str]:
+    """The graph each query set is scored on, as Table 1 scores it (``report.graph_of``; BioKG's full graph else)."""
+    return {q: graph_of.get(q, "biokg") for q in query_sets}
+
+
+def headline(table1: dict, query_sets: list[str], ark_label: str, graph_of: dict) -> dict[str, dict]:
+    """The numbers ``dvc metrics show`` prints, one file a query set: the graph it is scored on and Hit@1 (x100) of
+    BM25 and of ARK with their 95 % interval, from Table 1's numbers (``Table.numbers``); ARK is the row labelled
+    ``ark_label``, its row file's label (``report.ark``: ``row_settings``). Every table's numbers are in
+    ``tables/numbers.json``."""
+    rows = {"ark": table1.get(ark_label, {}), "bm25": table1.get("BM25", {})}
+    out = {}
+    for q, graph in scored_on(graph_of, query_sets).items():
+        hit1 = {f"{method}{end.replace(' ', '_')}": row[f"{q} Hit@1{end}"] for method, row in rows.items()
+                for end in ("", " lo", " hi") if f"{q} Hit@1{end}" in row}
+        if hit1:
+            out[q] = {"graph": graph, "hit@1": hit1}
+    return out
 
 
 def cell_text(value) -> str:
@@ -229,7 +240,7 @@ def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, 
     ark = ark_setting(ark_experiment)
     metrics = ("hit@1", "recall@20", "mrr")
     honest = graph_of is not None
-    graphs = {q: (graph_of or {}).get(q, "biokg") for q in query_sets}
+    graphs = scored_on(graph_of or {}, query_sets)
     on = ", ".join(f"{q} on {g}" for q, g in graphs.items())
     # the case reports on the leave-publication-out graph, again on the cases it left answerable
     answerable = [q for q in query_sets if graphs[q] != "biokg"]
@@ -272,7 +283,7 @@ def table1_rows(runs, graphs: dict[str, str]) -> list[tuple[str, dict[str, RunDa
 
 def table1_paired(runs, query_sets, ark_experiment: str, graph_of: dict) -> Table:
     """ARK against every other row of Table 1, on the queries both scored (a paired bootstrap of the difference)."""
-    graphs = {q: graph_of.get(q, "biokg") for q in query_sets}
+    graphs = scored_on(graph_of, query_sets)
     metrics = ("hit@1", "mrr")
     ark_label = row_settings(ark_experiment).get("label", ark_experiment)
     t = Table("table1_paired", f"Table 1, paired: {ark_label} minus each other method on the same queries "
@@ -607,7 +618,7 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
     split = cfg_report["ablation_split"]
     graph_of = dict(cfg_report["graph_of"])
-    on = {q: graph_of.get(q, "biokg") for q in qs}  # each query set on the graph Table 1 scores it on
+    on = scored_on(graph_of, qs)
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
             table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
             table5(runs, distill_dir, on), table6(queries_root, qs, split), table7(graphs),

@@ -2,7 +2,7 @@
 
 ``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
 STaRK numbers beside ours), ``results/figures/`` (Figures 2-5), ``results/tables/numbers.json`` (every number of the
-BioKG tables), ``results/metrics.json`` (the headline numbers ``dvc metrics show`` prints) and
+BioKG tables), ``results/metrics/<query set>.json`` (the headline numbers ``dvc metrics show`` prints) and
 ``results/notebooks/`` (the notebooks, executed on those files) and ``results/site/`` (every table and figure as a web
 page, each row linking to its runs' pages: ``ark.report.site``). Runs are recognised by their stored
 configs (``ark.report``).
@@ -53,7 +53,11 @@ def run(cfg: DictConfig) -> dict:
         write_json(tables_dir / "machine_dependent.json",  # the rows `make check` compares within their interval
                    {t.name: t.machine_dependent for t in tables if t.machine_dependent and t.name in numbers})
         ark_label = row_settings(r["ark"]).get("label", r["ark"])
-        write_json(Path(r["metrics"]), headline(numbers.get("table1", {}), r["query_sets"], ark_label))
+        metrics_dir = Path(r["metrics"])
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir(parents=True)
+        for q, numbers_of_q in headline(numbers.get("table1", {}), r["query_sets"], ark_label, r["graph_of"]).items():
+            write_json(metrics_dir / f"{q}.json", numbers_of_q)
     if r.get("site"):
         write_site(tables, figures, Path(r["site"]), lambda run_dir: load_for_page(run_dir, paths))
     notebooks = execute_all(Path(r["notebooks"]), Path(r["executed"])) if r["biokg"] else []
