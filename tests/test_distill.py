@@ -310,12 +310,9 @@ def test_the_loss_from_the_labelled_logits_only_is_the_full_logits_loss(tokenize
 
 def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):
     """benchmarks/distill_throughput.py end to end on a toy architecture (the code path, not the figures)."""
-    import importlib.util
+    from tests.conftest import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "distill_throughput.py"
-    spec = importlib.util.spec_from_file_location("distill_throughput", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("distill_throughput")
     report = bench.main(["--shape", "toy", "--device", "cpu", "--dtype", "fp32", "--paper", "--pack", "2048",
                          "--trajectories", "12", "--steps", "2", "--warmup", "1", "--attn", "packed_sdpa",
                          "--checkpoint-every", "2", "--out", str(tmp_path / "bench.json")])
