@@ -6,7 +6,8 @@ the run written to a temporary directory), with timers wrapped around the model'
 
     python benchmarks/embedded_split.py --row base --queries synthetic [--limit 8] [--out split.json]
 
-The split, in seconds of wall time (the model runs one forward pass at a time, so its parts add up):
+The split, in seconds of wall time. The model runs one forward pass at a time, so its parts add up; the grammar and
+sampling of one request can run beside another's pass, so ``rest`` is at least what it says:
 
 - ``prefill``: a request's first forward passes, over the prompt tokens the prefix cache did not hold (and the
   grammar's forced tokens that open a call);
