@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from ark.distill.attention import PACKED_SDPA, register  # noqa: E402
+from ark.distill.attention import PACKED, register  # noqa: E402
 from ark.distill.sft import pack_bins  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
 from common import machine  # noqa: E402
@@ -56,8 +56,8 @@ def build_model(shape: str, device: str, dtype, attn: str, liger: bool, r: int, 
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    if attn == PACKED_SDPA:
-        register()
+    if attn in PACKED:
+        register(attn)
     if liger:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen3
 
@@ -180,14 +180,24 @@ def run_trl(args) -> dict:
     """The product's training path: ``ark.distill.train.train_lora`` (trl SFTTrainer, peft, the collator's packed
     rows, ``--recipe``'s settings) on random trajectories of paper-like lengths, a tenth of each labelled."""
     from tokenizers import Tokenizer, models
+    import yaml
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
     from ark.distill.train import train_lora
 
     d = recipe(args.recipe)
+    for setting in args.set:  # KEY=VALUE, KEY dotted (lora.dropout=0), VALUE as YAML
+        key, _, value = setting.partition("=")
+        *path, last = key.split(".")
+        group = d
+        for part in path:
+            group = getattr(group, part, None)
+        if not hasattr(group, last):
+            raise SystemExit(f"error: --set {setting}: conf/distill/{args.recipe}.yaml has no key {key!r}")
+        setattr(group, last, yaml.safe_load(value))
     d.max_steps, d.logging_steps, d.liger = args.warmup + args.steps, 1, d.liger and args.liger
-    if d.attn == PACKED_SDPA:
-        register()
+    if d.attn in PACKED:
+        register(d.attn)
     vocab = SHAPES[args.shape]["vocab_size"]
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1}, "<unk>")),
                                         pad_token="<pad>", unk_token="<unk>")
@@ -205,7 +215,8 @@ def run_trl(args) -> dict:
         report = train_lora(model, tokenizer, samples, [], d, out, args.seed)
         curve = json.loads((Path(out) / "curve.json").read_text())
     tokens = max(row.get("num_tokens", 0) for row in curve)  # trl's count of the tokens trained on
-    figures = {"recipe": args.recipe, "steps": report["steps"], "train_seconds": report["train_seconds"],
+    figures = {"recipe": args.recipe, "set": args.set, "steps": report["steps"],
+               "train_seconds": report["train_seconds"],
                "tokens_per_s": round(tokens / report["train_seconds"], 1) if report["train_seconds"] else None,
                "losses": [row["loss"] for row in curve if "loss" in row]}
     if args.device.startswith("cuda"):
@@ -265,7 +276,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    ap.add_argument("--attn", default="sdpa", help=f"sdpa | {PACKED_SDPA} | flex_attention | eager")
+    ap.add_argument("--attn", default="sdpa", help=f"sdpa | {' | '.join(PACKED)} | flex_attention | eager")
     ap.add_argument("--liger", action="store_true", help="Liger's fused kernels (liger-kernel installed)")
     ap.add_argument("--checkpoint-every", type=int, default=1, help="checkpoint every k-th layer (0: none)")
     ap.add_argument("--r", type=int, default=32)
@@ -281,6 +292,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     ap.add_argument("--trl", action="store_true", help="through the product's trainer (trl) with --recipe instead")
     ap.add_argument("--recipe", default="qwen3-8b", help="conf/distill/<recipe>.yaml for --trl")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="--trl: recipe settings changed for this run, e.g. attn=packed_flex checkpoint_every=3")
     args = ap.parse_args(argv)
     report = run_trl(args) if args.trl else run(args)
     if args.out:

@@ -1,5 +1,6 @@
 """SFT data from teacher trajectories: assistant-only labels, the inference rendering, nothing label-derived."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -154,13 +155,14 @@ def tiny_qwen3(attn: str, vocab: int = 512):
                                         attn_implementation=attn)).eval()
 
 
-def test_packed_attention_gives_each_sample_the_logits_it_has_alone():
-    """packed_sdpa on a row of two samples = each sample run on its own (no attention across them)."""
+@pytest.mark.parametrize("attn", ["packed_sdpa", "packed_flex"])
+def test_packed_attention_gives_each_sample_the_logits_it_has_alone(attn):
+    """Packed attention on a row of two samples = each sample run on its own (no attention across them)."""
     import torch
 
     from ark.distill.attention import register
 
-    model = tiny_qwen3(register())
+    model = tiny_qwen3(register(attn))
     a, b = torch.randint(0, 512, (1, 9)), torch.randint(0, 512, (1, 6))
     bounds = torch.tensor([0, 9, 15], dtype=torch.int32)
     with torch.no_grad():
@@ -205,6 +207,54 @@ def test_packed_training_through_trl_on_cpu(rules_run, tokenizer, tmp_path):
                         tmp_path / "adapter")
     assert report["train_rows"] < report["train_samples"] == 4  # several trajectories share a row
     assert report["best_eval_loss"] is not None and report["train_loss"] == report["train_loss"]  # not NaN
+
+
+def test_the_flex_mask_keeps_attention_causal_within_each_sample_and_off_the_padding():
+    import torch
+
+    from ark.distill.attention import document_causal_mask
+
+    allowed_at = document_causal_mask((0, 3, 7), 10, "cpu").mask_mod  # samples 0-2 and 3-6, then 3 padding tokens
+    allowed = torch.tensor([[bool(allowed_at(0, 0, torch.tensor(q), torch.tensor(k))) for k in range(10)]
+                            for q in range(10)])
+    expected = torch.zeros(10, 10, dtype=torch.bool)
+    expected[:3, :3] = torch.ones(3, 3).tril().bool()
+    expected[3:7, 3:7] = torch.ones(4, 4).tril().bool()
+    assert torch.equal(allowed, expected)  # tokens 7-9 (padding) attend to nothing and nothing attends to them
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="FlexAttention has no backward on a CPU")
+def test_packed_flex_gives_the_loss_and_gradients_of_packed_sdpa_on_a_gpu():
+    import torch
+
+    from ark.distill.attention import register
+
+    a, b = torch.randint(0, 512, (1, 300)), torch.randint(0, 512, (1, 200))
+    bounds = torch.tensor([0, 300, 500], dtype=torch.int32, device="cuda")
+    results = []
+    for attn in ("packed_sdpa", "packed_flex"):
+        model = tiny_qwen3(register(attn)).cuda().train()
+        ids = torch.cat([a, b], 1).cuda()
+        loss = model(input_ids=ids, labels=ids, position_ids=torch.cat([torch.arange(300), torch.arange(200)])[None].cuda(),
+                     cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=300, max_length_k=300).loss
+        loss.backward()
+        results.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+    (sdpa_loss, sdpa_grads), (flex_loss, flex_grads) = results
+    assert abs(sdpa_loss - flex_loss) < 1e-4
+    assert all(torch.allclose(f, s, atol=1e-4) for f, s in zip(flex_grads, sdpa_grads))
+
+
+def test_the_recipe_may_recompute_every_nth_layer_only(tmp_path):
+    from ark.distill.train import sft_config
+    from ark.errors import UserError
+
+    d = compose_cfg(["distill=smoke", "distill.gradient_checkpointing=true", "distill.checkpoint_every=3"]).distill
+    args = sft_config(d, tmp_path, 0, has_val=False)
+    field = "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
+    assert getattr(args, field) is True and getattr(args, f"{field}_kwargs") == {"every_n_layers": 3}
+    d.checkpoint_every = 0
+    with pytest.raises(UserError, match="checkpoint_every"):
+        sft_config(d, tmp_path, 0, has_val=False)
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -272,6 +322,13 @@ def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):
     (result,) = report["results"]
     assert result["tokens"] > 0 and result["tokens_per_s"] > 0 and result["loss_finite"]
     assert json.loads((tmp_path / "bench.json").read_text())["linear_params"] == report["linear_params"] > 0
+    trl = bench.main(["--trl", "--recipe", "smoke", "--shape", "toy", "--device", "cpu", "--trajectories", "6",
+                      "--steps", "1", "--warmup", "1", "--set", "pack=true", "attn=packed_sdpa",
+                      "gradient_checkpointing=true", "checkpoint_every=2", "lora.dropout=0"])
+    (result,) = trl["results"]
+    assert result["steps"] == 2 and result["tokens_per_s"] > 0 and all(math.isfinite(x) for x in result["losses"])
+    with pytest.raises(SystemExit, match="no key 'lora.nope'"):
+        bench.main(["--trl", "--recipe", "smoke", "--shape", "toy", "--device", "cpu", "--set", "lora.nope=1"])
 
 
 def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, tokenizer, tmp_path):

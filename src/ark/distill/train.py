@@ -18,10 +18,10 @@ def load_base(d, models_dir: str):
     """The model to distill into: ``d.base_model`` (a local Hugging Face directory; nothing is downloaded) or the
     embedded SmolLM2, with ``d.attn`` as its attention."""
 
-    from ark.distill.attention import PACKED_SDPA, register
+    from ark.distill.attention import PACKED, register
 
-    if d.attn == PACKED_SDPA:
-        register()
+    if d.attn in PACKED:
+        register(d.attn)
     if d.base_model is None:
         from ark.llm.weights import default_gguf_path, load_gguf
 
@@ -53,9 +53,13 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool, sequential: bool = Fa
     # transformers renamed gradient_checkpointing to activation_checkpointing (5.2x); GPU hosts may have either
     fields = {f.name for f in dataclasses.fields(SFTConfig)}
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
-    order = {"train_sampling_strategy": "sequential"} if sequential else {}  # else shuffled by data_seed
+    extra = {"train_sampling_strategy": "sequential"} if sequential else {}  # else shuffled by data_seed
+    if not isinstance(d.checkpoint_every, int) or d.checkpoint_every < 1:
+        raise UserError(f"distill.checkpoint_every: {d.checkpoint_every!r}, expected a whole number >= 1")
+    if d.gradient_checkpointing and d.checkpoint_every != 1:  # transformers >= 5.2x: only every n-th layer recomputed
+        extra[f"{checkpointing}_kwargs"] = {"every_n_layers": d.checkpoint_every}
     return SFTConfig(
-        **{checkpointing: d.gradient_checkpointing}, **order,
+        **{checkpointing: d.gradient_checkpointing}, **extra,
         output_dir=str(out_dir / "checkpoints"),
         num_train_epochs=d.epochs,
         max_steps=d.max_steps if d.max_steps else -1,
