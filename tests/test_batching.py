@@ -43,6 +43,16 @@ def test_a_batched_step_computes_what_the_model_computes(tiny):
             torch.testing.assert_close(batched[i], own.float(), atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_rows_attention_is_that_of_enable_gqa(dtype):
+    """SmolLM2's shape: 9 query heads over 3 key/value heads; bfloat16 takes the grouped form, to the same bits."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 9, 1, 64).to(getattr(torch, dtype))
+    keys, values = (torch.randn(1, 3, 700, 64).to(getattr(torch, dtype)) for _ in range(2))
+    want = torch.nn.functional.scaled_dot_product_attention(q, keys, values, scale=0.125, enable_gqa=True)
+    assert torch.equal(batching.attend(q, keys, values, 0.125), want)
+
+
 def test_append_grows_a_layer_in_place_and_follows_a_concatenation(tiny):
     cache = prefilled(tiny, 10, 0)
     layer = cache.layers[0]

@@ -132,6 +132,35 @@ def test_an_entry_is_never_written_by_the_requests_reusing_it(tiny, tokenizer, t
     assert len(key) % 32 == 0 and cache.get_seq_length() > len(key)
 
 
+@pytest.mark.parametrize("decode_rows", [1, 2])
+def test_a_prompt_is_kept_once_prefilled_and_stays_intact(tiny, tokenizer, toolbox, small_chunks, monkeypatch,
+                                                          decode_rows):
+    """Requests arriving while a request decodes reuse its prompt (the queries in flight start together, and their
+    first prompts share the system prompt); the entry holds views that the decoding must not overwrite."""
+    model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=decode_rows)
+    request = {"messages": [{"role": "system", "content": system_prompt(toolbox, 5)},
+                            {"role": "user", "content": user_prompt(QUESTIONS[0])}],
+               "tools": toolbox.schemas(), "max_tokens": 30}
+    seen, decode = [], local_module.decode_tool_call
+
+    def watching(step, *args):
+        def watched(ids):
+            logits = step(ids)
+            if not seen:  # right after the prefill, before any reply token
+                (key, entry), = model.prefix_cache.entries.items()
+                seen.append((len(key), entry, [(k.clone(), v.clone()) for k, v, *_ in entry]))
+            return logits
+        return decode(watched, *args)
+
+    monkeypatch.setattr(local_module, "decode_tool_call", watching)
+    reply = model.generate(request)
+    prompt = reply["usage"]["prompt_tokens"]
+    (n, entry, at_prefill), = seen
+    assert n % 32 == 0 and prompt // 32 * 32 <= n <= prompt and entry.get_seq_length() == n
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v, *_), (k0, v0) in zip(entry, at_prefill))
+    assert reply["usage"]["completion_tokens"] > 1  # it went on decoding after the entry was kept
+
+
 def test_prefix_cache_bounds_and_lookup():
     def cache_of(n):
         from transformers import DynamicCache

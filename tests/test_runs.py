@@ -511,11 +511,10 @@ def test_the_endpoint_from_the_environment_and_the_served_model_key_the_cache(ti
 
 def test_a_leave_publication_out_cut_has_the_nodes_of_its_graph_and_stark_has_others():
     """distill accepts teacher runs on a cut of the student's graph (node ids mean the same), not on another graph."""
-    from ark.runs.identity import identity_fields, same_graph_up_to_cut, setting
+    from ark.runs.identity import graph_setting, same_graph_up_to_cut
     from tests.conftest import compose_cfg
 
-    field = next(f for f in identity_fields("collect") if f.name == "dataset")
-    biokg, lpo, lpo_val, prime = (setting(spec(compose_cfg([f"dataset={d}"])), field)
+    biokg, lpo, lpo_val, prime = (graph_setting(spec(compose_cfg([f"dataset={d}"])))
                                   for d in ("biokg", "biokg_lpo", "biokg_lpo_val", "stark_prime"))
     assert lpo["name"] == "biokg_lpo" and lpo["exclude_splits"] == ["test"]  # the stored settings, cut included
     assert same_graph_up_to_cut(lpo, biokg) and same_graph_up_to_cut(biokg, lpo)

@@ -55,6 +55,12 @@ def common_prefix(a, b) -> int:
     return int(diff[0]) if diff.size else n
 
 
+def first_positions(cache: DynamicCache, n: int) -> DynamicCache:
+    """A cache of the first ``n`` positions of ``cache``: views, valid while ``cache`` grows (a forward pass
+    concatenates into new tensors, a batched step appends into new buffers)."""
+    return DynamicCache([(k[..., :n, :], v[..., :n, :]) for k, v, *_ in cache])
+
+
 class PrefixCache:
     """The key/value caches of recent requests, each keyed by the prompt tokens it holds up to a chunk boundary.
     An agent's next step sends the conversation so far again: its prompt starts with what an earlier request's
@@ -76,7 +82,7 @@ class PrefixCache:
         if best is None:
             return None, 0
         self.entries.move_to_end(best)
-        return DynamicCache([(k[..., :n, :], v[..., :n, :]) for k, v, *_ in self.entries[best]]), n
+        return first_positions(self.entries[best], n), n
 
     def put(self, key: list[int], cache: DynamicCache) -> None:
         """Keep ``cache``, whose first ``len(key)`` positions hold ``key`` (a multiple of the chunk)."""
@@ -191,6 +197,11 @@ class LocalChatModel:
                 cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
                 for start in range(done, len(ids), PREFILL_CHUNK):
                     logits = forward(ids[start:start + PREFILL_CHUNK])
+                # kept now as well as after the reply, so that requests arriving meanwhile reuse it (the queries in
+                # flight start together, and their first prompts share the system prompt and tool schemas)
+                aligned = len(ids) // PREFILL_CHUNK * PREFILL_CHUNK
+                if self.prefix_cache is not None and aligned > done:
+                    self.prefix_cache.put(ids[:aligned], first_positions(cache, aligned))
             if batcher is not None:
                 batcher.enter()
                 entered = True

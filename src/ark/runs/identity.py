@@ -95,6 +95,11 @@ def setting(spec: RunSpec, f) -> object:
     return value
 
 
+def graph_setting(spec: RunSpec) -> dict:
+    """The stored settings of ``spec``'s graph (its ``dataset`` identity field, as a trajectory run keeps it)."""
+    return setting(spec, next(f for f in identity_fields("collect") if f.name == "dataset"))
+
+
 def same_graph_up_to_cut(a: dict, b: dict) -> bool:
     """Whether two stored graph settings (a run's ``dataset``) build the same graph up to a leave-publication-out cut
     (which removes annotations, never a node: node ids mean the same in both)."""

@@ -28,7 +28,7 @@ from ark.data.queries import split_of
 from ark.errors import UserError
 from ark.settings import is_int
 from ark.io import atomic_dir, write_json
-from ark.runs.identity import identity_fields, same_graph_up_to_cut, setting
+from ark.runs.identity import graph_setting, same_graph_up_to_cut
 from ark.runs.store import load_run
 from ark.stages import clear_errors, launch
 from ark.tracking import log_summary, stage_run
@@ -56,7 +56,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     teachers = [teacher_run(p) for p in ([d.teacher] if isinstance(d.teacher, str) else d.teacher)]
     runs = [load_run(t) for t in teachers]
     spec = build.spec(cfg)
-    graph = setting(spec, next(f for f in identity_fields("collect") if f.name == "dataset"))
+    graph = graph_setting(spec)
     for t, (config, _) in zip(teachers, runs):  # its trajectories name nodes by index: they must mean the same
         if not same_graph_up_to_cut(config.get("dataset") or {}, graph):
             raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, whose nodes are not "
