@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make repro   install, then run the embedded BioKG pipeline (dvc repro)
-#   make test    install, then run the fast offline tests
+#   make test    install, then run the fast offline tests (unit and contract; make test-e2e: the end-to-end ones)
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,7 @@ UV ?= uv
 # requirements/gpu.txt (CUDA torch from PyPI), both resolved from pyproject.toml's ranges and constraints.txt
 LOCK_ARGS := --custom-compile-command 'make lock' pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes
 
-.PHONY: install lock repro check pull test test-all bench
+.PHONY: install lock repro check pull deps test test-e2e test-all bench
 
 $(BIN)/.installed: requirements/cpu.txt requirements/no-deps.txt pyproject.toml
 	rm -rf $(VENV)  # from scratch: a package the lock dropped must not linger
@@ -53,10 +53,19 @@ pull: install
 	  echo "make pull: no DVC remote is configured; add one with 'dvc remote add -d <name> <url>' (docs/pipeline.md, Sharing results), or rebuild with make repro" >&2; exit 2; fi
 	$(BIN)/dvc pull
 
-# the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process)
+# the generated deps of both pipelines (ark.stage_deps: the source files each entry runs, the config files it
+# composes): run it after adding an entry to params.yaml or moving code; CHECK=1 changes nothing and fails if stale
+deps: install
+	$(BIN)/python -m ark.stage_deps $(if $(CHECK),--check)
+
+# the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process): test = unit and contract tests (fast);
+# test-e2e = the end-to-end ones (a README walkthrough, dvc repro in copies, sweeps, fault injection); CI runs both
 TEST_WORKERS ?= 2
 test: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS)
+
+test-e2e: install
+	$(BIN)/pytest -q -n $(TEST_WORKERS) -m e2e
 
 test-all: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "slow or not slow"

@@ -1,9 +1,9 @@
 """Test doubles (a tiny hand-made graph with its BM25 index) and what the layering and stage-deps tests share:
 reading the ark modules a source file imports."""
-import ast
 from pathlib import Path
 
 from ark.graph import Graph
+from ark.stage_deps import SRC, imported, module_file  # noqa: F401  (the layering test reads imports too)
 from ark.index.bm25 import BM25Index
 
 TYPES = ["disease", "gene/protein", "effect/phenotype"]
@@ -39,7 +39,7 @@ def tiny_index(graph: Graph) -> BM25Index:
     return BM25Index.build(graph.doc, stemmer=None)
 
 
-BIOKG_MINI = __import__("pathlib").Path(__file__).parent / "fixtures" / "biokg_mini"
+BIOKG_MINI = Path(__file__).parent / "fixtures" / "biokg_mini"
 
 
 def biokg_mini_graph() -> Graph:
@@ -50,27 +50,3 @@ def biokg_mini_graph() -> Graph:
                                          "org.Hs.eg.sqlite")}
     return build_biokg(files, ["disease", "gene/protein"], 100)
 
-
-SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def module_file(name: str) -> Path | None:
-    path = SRC.joinpath(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported(path: Path) -> set[str]:
-    """The ark modules a source file imports (a name imported from a module counts as that module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        found |= {n for n in names if n.startswith("ark") and module_file(n)}
-    return found

@@ -17,7 +17,7 @@ LAYERS = [  # lowest first
     ("ark.runs",),
     ("ark.tracking", "ark.distill"),
     ("ark.report",),
-    ("ark.stages", "ark.cli"),
+    ("ark.stages", "ark.cli", "ark.stage_deps"),
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 

@@ -54,7 +54,8 @@ class RunSpec:
                                      group=False)
     baseline_depth: int = identity_of(("baseline", "hpo_baseline"), key="baseline.depth", group=False)
     collect: dict = identity_of(("collect",))
-    backbone: object = identity_of(AGENT_RUNS, drop=("api_base", "api_key_env"))  # a class of ark.agent.backbones
+    # a class of ark.agent.backbones; None in the spec of a stage that runs no agent
+    backbone: object = identity_of(AGENT_RUNS, drop=("api_base", "api_key_env"))
     prompt: str = identity_of(AGENT_RUNS)
     agent: AgentSettings = identity_of(AGENT_RUNS)
     ablation: dict = identity_of(AGENT_RUNS)
@@ -77,9 +78,10 @@ _ABSENT = object()
 REQUIRED = ("collect.trajectories", "collect.budget", "baseline.depth", "seed", "subset_seed", "split", "metrics")
 
 
-def spec(cfg: DictConfig) -> RunSpec:
-    """The run spec of the composed config ``cfg``, every value checked before any work (one clear error, nothing
-    written): the typed settings, the backbone (its class checks its own fields) and the keys below."""
+def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
+    """The run spec of the composed config ``cfg`` for a ``stage`` run, every value checked before any work (one clear
+    error, nothing written): the typed settings, the backbone where the stage runs agents (its class checks its own
+    fields; a baseline's spec has none) and the keys below."""
     from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
@@ -100,12 +102,12 @@ def spec(cfg: DictConfig) -> RunSpec:
     agent.check_limits(limits)
     evaluation = from_mapping(EvalSettings, "eval", group["eval"])
     retry = from_mapping(RetryPolicy, "llm.retry", (config.get("llm") or {}).get("retry") or {})
-    backbone = make(cfg.backbone, "backbone")
+    backbone = make(cfg.backbone, "backbone") if stage in AGENT_RUNS else None
     for name in ("seed", "subset_seed"):
         check_int(name, config[name], least=0)
     check_number("collect.temperature", collect.get("temperature"), none=True)
     capped = evaluation.max_cost_usd is not None or evaluation.max_total_cost_usd is not None
-    if capped and getattr(backbone, "kind", None) == "litellm":  # a hosted model: its price must be known
+    if capped and backbone is not None and getattr(backbone, "kind", None) == "litellm":  # a hosted model: its price must be known
         from ark.llm.spending import token_prices, unpriced
 
         if token_prices(backbone.model, backbone.extra) is None:

@@ -12,17 +12,9 @@ import numpy as np
 
 from ark.errors import UserError
 from ark.index.topk import top_k
+from ark.llm.weights import resolve_bf16
 
 MODEL = "all-MiniLM-L6-v2"
-
-
-def resolve_bf16(value: bool | str) -> bool:
-    """``"auto"``: bfloat16 where the CPU computes it natively, else float32 (emulated bf16 is ~7x slower)."""
-    if value == "auto":
-        from ark.llm.weights import resolve_dtype
-
-        return resolve_dtype("auto") == "bfloat16"
-    return bool(value)
 
 
 @lru_cache(maxsize=2)  # one model per process, shared by every index

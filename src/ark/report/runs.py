@@ -142,7 +142,7 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
     runs = [r for r in runs if all(r.get(k) == v for k, v in settled.items())]
     if not runs:
         return []
-    spec = build.spec(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)))
+    spec = build.spec(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)), stage)
     wanted = without(identity(spec, stage))
     return [r for r in runs if without(r.config) == wanted]
 

@@ -31,7 +31,7 @@ def rank(relevance, query: str, depth: int, candidates: np.ndarray | None) -> tu
 
 
 def run(cfg: DictConfig) -> dict:
-    spec = build.spec(cfg)
+    spec = build.spec(cfg, "baseline")
     graph = build.graph(spec)
     relevance = build.relevance(spec)
     queries = build.queries(spec, graph)
@@ -45,7 +45,7 @@ def run(cfg: DictConfig) -> dict:
 @hydra.main(version_base="1.3", config_path="../../../conf", config_name="config")
 @clear_errors
 def main(cfg: DictConfig) -> None:
-    with stage_run(cfg, "baseline", Run(build.spec(cfg), "baseline")) as log:  # named like its run directory
+    with stage_run(cfg, "baseline", Run(build.spec(cfg, "baseline"), "baseline")) as log:  # named like its run directory
         metrics = run(cfg)
         log_summary(log, metrics)
         log_queries(log, lambda: query_rows(metrics["run_dir"]))

@@ -35,6 +35,7 @@ from ark.tracking import log_summary, stage_run
 
 PUBLISHED = ("report.json", "README.md", "curve.json")
 GROUPS = ("distill", "dataset", "ablation")  # config groups its results depend on (the teacher run is a file)
+BUILDS = ("retriever",)  # groups whose classes it makes besides (the tools' index: ark.stage_deps)
 
 
 def teacher_run(path: str | Path) -> Path:
@@ -55,7 +56,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         raise UserError("distill.teacher must name the teacher's run (a run directory or a run root), or a list")
     teachers = [teacher_run(p) for p in ([d.teacher] if isinstance(d.teacher, str) else d.teacher)]
     runs = [load_run(t) for t in teachers]
-    spec = build.spec(cfg)
+    spec = build.spec(cfg, "distill")
     graph = graph_setting(spec)
     for t, (config, _) in zip(teachers, runs):  # its trajectories name nodes by index: they must mean the same
         if not same_graph_up_to_cut(config.get("dataset") or {}, graph):

@@ -28,6 +28,7 @@ from ark.stages import clear_errors, launch
 from ark.tracking import log_files, log_summary, stage_run
 
 GROUPS = ()  # reads runs; no config group decides its result
+BUILDS = ("backbone",)  # groups whose classes it makes (a row's run spec, to find its runs: ark.stage_deps)
 
 
 def run(cfg: DictConfig) -> dict:
