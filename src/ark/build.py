@@ -107,7 +107,7 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
         check_int(name, config[name], least=0)
     check_number("collect.temperature", collect.get("temperature"), none=True)
     capped = evaluation.max_cost_usd is not None or evaluation.max_total_cost_usd is not None
-    if capped and backbone is not None and getattr(backbone, "kind", None) == "litellm":  # a hosted model: its price must be known
+    if capped and backbone is not None and backbone.priced:  # a model billed by its calls: its price must be known
         from ark.llm.spending import token_prices, unpriced
 
         if token_prices(backbone.model, backbone.extra) is None:
@@ -135,10 +135,8 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
 def check_files(spec: RunSpec) -> None:
     """The files an agent run of ``spec`` reads or writes besides its data, checked before any work: the student's
     adapter, the LLM response cache."""
-    adapter = (spec.config["backbone"].get("local") or {}).get("adapter")
-    if adapter and not Path(adapter).is_dir():
-        raise UserError(f"backbone.local.adapter: no adapter directory at {adapter}")
-    if spec.backbone.kind != "rules" and spec.llm.get("cache"):
+    spec.backbone.check_files()
+    if spec.backbone.uses_cache and spec.llm.get("cache"):
         from ark.llm.cache import check_cache_file
 
         check_cache_file(spec.llm["cache"])

@@ -12,11 +12,13 @@ import contextlib
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from ark.agent.policies import ANSWER_ORDERS, LLMPolicy, RulesPolicy
 from ark.errors import UserError
 from ark.llm.settings import Backbone, RetryPolicy
+from ark.secrets import scrub_urls
 from ark.settings import check_choice, check_int, check_number
 
 
@@ -54,6 +56,12 @@ class RulesBackbone:
     vote_weight: float = 0.5
     text_protocol: ClassVar[bool] = False
     one_process: ClassVar[bool] = False  # False: worker processes may each run it
+    priced: ClassVar[bool] = False  # its calls cost money: a spending cap needs its price
+    uses_cache: ClassVar[bool] = False  # its replies go through the LLM response cache
+    served: ClassVar[bool] = False  # it answers from a server it names (part of a run's identity: ``endpoint``)
+
+    def check_files(self) -> None:
+        """The files it reads besides the run's data, checked before any work."""
 
     @property
     def caveat(self) -> str | None:
@@ -94,6 +102,18 @@ class HostedBackbone(Backbone):
     kind: str = "litellm"
     one_process: ClassVar[bool] = False
     caveat: ClassVar[str | None] = None
+    priced: ClassVar[bool] = True
+    uses_cache: ClassVar[bool] = True
+    served: ClassVar[bool] = True
+
+    def endpoint(self) -> str | None:
+        """The server its calls go to (``api_base``, else the provider's base URL from the environment; None: the
+        provider's own address), without credentials."""
+        endpoint = self.resolved_api_base()
+        return endpoint and scrub_urls(endpoint)
+
+    def check_files(self) -> None:
+        pass
 
     @property
     def text_protocol(self) -> bool:
@@ -145,6 +165,12 @@ class LocalBackbone(HostedBackbone):
     kind: str = "local"
     local: LocalModel = field(default_factory=LocalModel)
     one_process: ClassVar[bool] = True  # it computes in this process: a worker would load its own copy
+    priced: ClassVar[bool] = False  # the embedded model costs nothing
+    served: ClassVar[bool] = False  # its loopback server lives as long as the policy: not a setting
+
+    def check_files(self) -> None:
+        if self.local.adapter and not Path(self.local.adapter).is_dir():
+            raise UserError(f"backbone.local.adapter: no adapter directory at {self.local.adapter}")
 
     def __post_init__(self):
         super().__post_init__()

@@ -18,8 +18,6 @@ from pathlib import Path
 from ark.build import RUN_STAGES, RunSpec
 from ark.index import index_settings
 from ark.io import content_sha256, sha256_tree
-from ark.llm.settings import resolved_api_base
-from ark.secrets import scrub_urls
 
 NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}  # the embedded model's settings that are this machine's
 FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name counts, not where this checkout keeps them
@@ -120,9 +118,8 @@ def _backbone_identity(value: dict, spec: RunSpec) -> dict:
         if local.get("adapter"):  # a retrained adapter at the same path is another model
             local["adapter_sha256"] = sha256_tree(local["adapter"])
         value["local"] = local
-    if value.get("kind") == "litellm":  # a hosted model: which server answers
-        endpoint = resolved_api_base(value["model"], spec.config["backbone"].get("api_base"))
-        value["endpoint"] = endpoint and scrub_urls(endpoint)
+    if spec.backbone.served:  # a hosted model: which server answers
+        value["endpoint"] = spec.backbone.endpoint()
     return value
 
 
