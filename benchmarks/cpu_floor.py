@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--stages", help="a stage_times.py table of a timed run, for the measured minutes")
     args = ap.parse_args()
 
-    from ark.llm.weights import resolve_bf16
+    from ark.machine import resolve_bf16
     from ark.llm.weights import resolve_dtype
 
     print(json.dumps(machine(("transformers",))))

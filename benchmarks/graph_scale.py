@@ -81,7 +81,8 @@ def step_tools(work: Path, calls: int, seed: int) -> dict:
 
     from ark.graph.graph import Graph
     from ark.index.bm25 import BM25Index
-    from ark.tools.toolbox import Toolbox, best_positions
+    from ark.index.topk import top_k
+    from ark.tools.toolbox import Toolbox
 
     graph = Graph.load(work / "graph")
     index = BM25Index.load(work / "index")
@@ -103,7 +104,7 @@ def step_tools(work: Path, calls: int, seed: int) -> dict:
 
     def ranked(ids: np.ndarray, query: str) -> np.ndarray:
         """The tool's ranking without its observation text: scores, then the top 20."""
-        return ids[best_positions(toolbox.relevance.score(query, ids), 20)] if len(ids) else ids
+        return ids[top_k(toolbox.relevance.score(query, ids), 20, positive_only=False)[0]] if len(ids) else ids
 
     approaches = {
         "tool +query": lambda v, q: toolbox.search_in_neighborhood(v, query=q),

@@ -74,14 +74,14 @@ def test_a_bm25_index_is_byte_identical_across_processes(tmp_path):
 def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
     """`bf16: auto` never reaches an index's settings or a run's identity: they record what the embeddings were
     computed in, so an index built on an AMX machine is not taken for one built in float32 elsewhere."""
-    import ark.llm.weights as weights
+    import ark.machine as machine
     from ark.config import resolved
     from ark.index import index_settings
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg(["retriever=dense"])
     for native in (True, False):
-        monkeypatch.setattr(weights, "cpu_has_bf16", lambda native=native: native)
+        monkeypatch.setattr(machine, "cpu_has_bf16", lambda native=native: native)
         assert index_settings(resolved(cfg.retriever))["params"] == {"bf16": native}
 
 
@@ -118,7 +118,7 @@ def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
     the run's identity records what the embeddings were computed in; an explicit other setting is refused."""
     import json
 
-    import ark.llm.weights as weights
+    import ark.machine as machine
     from ark.build import relevance, spec
     from ark.io import checksums
     from ark.runs.identity import identity
@@ -129,7 +129,7 @@ def test_bf16_auto_takes_what_the_index_was_built_in(tmp_path, monkeypatch):
     settings = {"name": "dense", "params": {"bf16": False}}
     (index_dir / "info.json").write_text(json.dumps({"retriever": "dense", "num_docs": 5, "settings": settings,
                                                      "files": checksums(index_dir)}))
-    monkeypatch.setattr(weights, "cpu_has_bf16", lambda: True)  # this CPU would choose bf16
+    monkeypatch.setattr(machine, "cpu_has_bf16", lambda: True)  # this CPU would choose bf16
     cfg = compose_cfg(["retriever=dense", f"dataset.index_dir={index_dir}"])
     loaded = relevance(spec(cfg))
     assert loaded.bf16 is False and loaded.search("hepatitis", 1)[0].tolist() == [2]

@@ -4,18 +4,18 @@ Every ``import ark…`` in src/ark, at module level or inside a function, is rea
 import packages of lower layers only (and its own modules); no stage imports another stage."""
 from tests.helpers import SRC, imported
 
-LAYERS = [  # lowest first
+LAYERS = [  # lowest first; DESIGN §3: stages/cli -> report -> runs.execute -> agent -> tools/llm -> index -> graph -> io
     ("ark.errors",),
     ("ark.secrets", "ark.io", "ark.config", "ark.machine", "ark.settings"),
-    ("ark.fetch",),
-    ("ark.graph", "ark.llm"),
+    ("ark.fetch", "ark.tracking"),
+    ("ark.graph",),
     ("ark.data", "ark.index"),
-    ("ark.tools",),
+    ("ark.tools", "ark.llm"),
     ("ark.agent",),
-    ("ark.eval",),
+    ("ark.eval",),  # metrics, and scoring a run's records (ark.agent.records)
     ("ark.build",),
     ("ark.runs",),
-    ("ark.tracking", "ark.distill"),
+    ("ark.distill",),
     ("ark.report",),
     ("ark.stages", "ark.cli", "ark.stage_deps"),
 ]

@@ -184,7 +184,9 @@ def test_prefix_cache_bounds_and_lookup():
 
 def test_kernels_limited_to_avx2_count_as_no_native_bf16(monkeypatch):
     """The simulation of an AVX2-only CPU (benchmarks/README.md) must take the float32 path `auto` takes there."""
-    monkeypatch.setattr(weights, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
+    import ark.machine as machine
+
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16", "amx_bf16"}))
     for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
         monkeypatch.delenv(name, raising=False)
     assert weights.cpu_has_bf16()

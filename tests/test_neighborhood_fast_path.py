@@ -11,7 +11,8 @@ from ark.data.synthetic_skb import generate_skb
 from ark.graph.graph import OUT
 from ark.graph.stark import load_stark_skb
 from ark.index.bm25 import BM25Index
-from ark.tools.toolbox import Observation, Toolbox, best_positions
+from ark.index.topk import top_k
+from ark.tools.toolbox import Observation, Toolbox
 
 
 def search_in_neighborhood_before(self, node_index, query=None, node_type=None, edge_type=None, state=None):
@@ -130,10 +131,10 @@ def test_a_relevance_without_posting_lists_ranks_as_before(toolbox):
         assert (now.text, now.nodes) == (then.text, then.nodes), call
 
 
-def test_best_positions_is_the_first_k_of_a_full_sort():
+def test_top_k_of_every_score_is_the_first_k_of_a_full_sort():
     rng = np.random.default_rng(0)
     for _ in range(500):
         n, k = int(rng.integers(0, 60)), int(rng.integers(1, 25))
         scores = rng.choice([-1.5, 0.0, 0.0, 0.5, 1.0, 2.25], n).astype(np.float32) * rng.choice([1, -1])
         expected = np.lexsort((np.arange(n), -scores))[:k]
-        assert best_positions(scores, k).tolist() == expected.tolist(), (scores, k)
+        assert top_k(scores, k, positive_only=False)[0].tolist() == expected.tolist(), (scores, k)

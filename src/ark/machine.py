@@ -2,6 +2,7 @@
 embedded model's "auto" dtype and the dense index's "auto" bf16 decide by, and what the benchmarks print."""
 from __future__ import annotations
 
+import os
 import platform
 from functools import lru_cache
 
@@ -28,3 +29,23 @@ def cpu_name() -> str:
 
 def cpu_flags() -> frozenset[str]:
     return _cpuinfo()[1]
+
+
+# kernel limits that leave bfloat16 emulated even on a CPU that has it (set to simulate an AVX2-only CPU)
+AVX2_LIMITS = {"ATEN_CPU_CAPABILITY": {"default", "avx2"}, "ONEDNN_MAX_CPU_ISA": {"sse41", "avx", "avx2", "avx2_vnni",
+                                                                                 "avx2_vnni_2"}}
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX) with the kernels torch may use. Elsewhere
+    (AVX2-only CPUs, or kernels limited to AVX2 by ``ATEN_CPU_CAPABILITY`` / ``ONEDNN_MAX_CPU_ISA``) torch emulates
+    it: SmolLM2 prefill ran at 53 tokens/s in bfloat16 against 360 in float32 on an AMD EPYC."""
+    if any(os.environ.get(name, "").lower() in values for name, values in AVX2_LIMITS.items()):
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def resolve_bf16(value: bool | str) -> bool:
+    """A dense index's ``bf16``: ``"auto"`` is bfloat16 where the CPU computes it natively, else float32 (emulated
+    bf16 is ~7x slower)."""
+    return cpu_has_bf16() if value == "auto" else bool(value)

@@ -133,6 +133,10 @@ class Graph:
             return np.arange(self.num_nodes, dtype=np.int64)
         return np.flatnonzero(np.isin(self.node_type, self.type_ids(types))).astype(np.int64)
 
+    def candidates(self) -> np.ndarray | None:
+        """``candidate_ids`` where the graph restricts what a ranking is scored over; None where every node counts."""
+        return self.candidate_ids() if self.meta.get("candidate_types") else None
+
     def counts_by_type(self) -> dict[str, int]:
         counts = np.bincount(self.node_type, minlength=len(self.node_type_names))
         return {t: int(c) for t, c in zip(self.node_type_names, counts)}

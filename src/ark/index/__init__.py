@@ -40,7 +40,7 @@ def index_settings(retriever: dict, index_dir: str | Path | None = None) -> dict
         if built and "bf16" in built.get("params", {}):
             params["bf16"] = built["params"]["bf16"]
         else:
-            from ark.llm.weights import resolve_bf16
+            from ark.machine import resolve_bf16
 
             params["bf16"] = resolve_bf16("auto")
     elif "bf16" in params:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ark.errors import UserError
 from ark.index.topk import top_k
-from ark.llm.weights import resolve_bf16
+from ark.machine import resolve_bf16
 
 MODEL = "all-MiniLM-L6-v2"
 

@@ -1,13 +1,13 @@
 import numpy as np
 
 
-def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the k largest positive scores, best first, ties broken by the smaller index.
+def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the k largest scores (only positive ones unless ``positive_only`` is False), best first, ties broken
+    by the smaller index: ``np.lexsort((indices, -scores))[:k]`` without sorting them all.
 
     Selects on the negated scores: ``argpartition(-scores, k)`` stays fast when most scores are 0.
     """
-    positive = int(np.count_nonzero(scores > 0))
-    k = min(k, positive)
+    k = min(k, int(np.count_nonzero(scores > 0)) if positive_only else len(scores))
     if k <= 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=scores.dtype)
     part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))

@@ -261,14 +261,14 @@ def load_for_page(run_dir: Path, overrides=()) -> tuple:
     """(config, records, scores, gold, graph, metrics) of a run directory; the graph and gold where this checkout
     has the run's data (``overrides``: where it keeps it), else None."""
     from ark.errors import UserError
-    from ark.report.runs import run_graph, run_queries
+    from ark.report.runs import queries_of_run, run_graph
     from ark.runs.store import load_run, read_scores
 
     config, records = load_run(run_dir)
     graph = gold = None
     try:
         graph = run_graph(config, tuple(overrides))
-        gold = {q["id"]: q["answer_ids"] for q in run_queries(config, tuple(overrides), limit=False)}
+        gold = {q["id"]: q["answer_ids"] for q in queries_of_run(config, tuple(overrides), limit=False)}
     except UserError:
         pass
     metrics_file = Path(run_dir) / "metrics.json"

@@ -54,10 +54,10 @@ class RunData:
         """{query id: the unit a bootstrap resamples} (``ark.report.intervals.units_of``)."""
         from ark.report.intervals import units_of
 
-        return units_of(run_queries(self.config, self.paths, limit=False))
+        return units_of(queries_of_run(self.config, self.paths, limit=False))
 
     def queries(self) -> list[dict]:
-        return run_queries(self.config, self.paths)
+        return queries_of_run(self.config, self.paths)
 
     def candidates(self):
         return _candidates(self.config["dataset"]["name"], self.paths)
@@ -197,7 +197,7 @@ def _candidates(dataset: str, paths: tuple):
     from ark.eval.metrics import as_candidates
 
     graph = _graph(dataset, paths)
-    return as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+    return as_candidates(graph.candidates())
 
 
 def graph(dataset: str, paths: tuple = ()):
@@ -209,7 +209,7 @@ def run_graph(config: dict, paths: tuple = ()):
     return graph(config["dataset"]["name"], paths)
 
 
-def run_queries(config: dict, paths: tuple = (), limit: bool = True) -> list[dict]:
+def queries_of_run(config: dict, paths: tuple = (), limit: bool = True) -> list[dict]:
     """The queries with their gold answers that a run's stored config names, as it read them (split, subset and,
     with ``limit``, its ``eval.limit``); ``paths``: overrides saying where this checkout keeps its data."""
     return _queries(config["dataset"]["name"], config["queries"]["name"], config["split"],

@@ -18,7 +18,7 @@ import yaml
 from ark.config import compose
 from ark.errors import UserError
 from ark.eval.trajectories import steps
-from ark.report.runs import run_graph, run_queries
+from ark.report.runs import queries_of_run, run_graph
 from ark.runs.identity import run_name
 from ark.agent.records import QueryRecord, Trajectory
 from ark.runs.store import load_run, read_scores
@@ -56,7 +56,7 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
     graph = gold = None
     try:  # a clone without the data (not pulled, not rebuilt) still shows the trajectories
         graph = run_graph(config, tuple(overrides))
-        gold = next((set(q["answer_ids"]) for q in run_queries(config, tuple(overrides), limit=False)
+        gold = next((set(q["answer_ids"]) for q in queries_of_run(config, tuple(overrides), limit=False)
                      if q["id"] == record.id), None)
     except UserError as e:
         lost = "gold marks" if graph is not None else "node names and gold marks"

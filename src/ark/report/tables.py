@@ -161,14 +161,6 @@ def pct(value) -> float | None:
     return None if value is None else round(100 * float(value), 2)
 
 
-def by_queries(runs: list[RunData], query_sets: list[str]) -> dict[str, RunData]:
-    """One run per query set (the first found: the selection is expected to be unambiguous)."""
-    out = {}
-    for r in runs:
-        out.setdefault(r.config["queries"]["name"], r)
-    return {q: out[q] for q in query_sets if q in out}
-
-
 def metric_columns(query_sets: list[str], metrics, average: bool = False) -> list[str]:
     cols = [f"{q} {LABEL[m]}" for q in query_sets for m in metrics]
     return cols + ([f"average {LABEL[m]}" for m in metrics] if average else [])

@@ -138,7 +138,7 @@ def execute_ranking(spec: RunSpec, stage: str, graph, queries: list[dict], rank,
             ranking, scores = rank(q)
             store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
     records = store.finalize([q["id"] for q in queries])
-    candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+    candidates = as_candidates(graph.candidates())
     scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(spec.metrics),
                                     candidates, answerable(spec, graph, queries))
     run.finish(scores, metrics, {})
@@ -161,7 +161,7 @@ class Scoring:
     def __init__(self, spec: RunSpec, graph, queries: list[dict]):
         self.metrics = list(spec.metrics)
         self.gold = {q["id"]: q["answer_ids"] for q in queries}
-        self.candidates = as_candidates(graph.candidate_ids()) if graph.meta.get("candidate_types") else None
+        self.candidates = as_candidates(graph.candidates())
         self.answerable = answerable(spec, graph, queries)
         self.rows: dict[str, tuple[QueryRecord, dict]] = {}
 

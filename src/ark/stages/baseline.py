@@ -35,8 +35,7 @@ def run(cfg: DictConfig) -> dict:
     graph = build.graph(spec)
     relevance = build.relevance(spec)
     queries = build.queries(spec, graph)
-    restricted = graph.meta.get("candidate_types") is not None
-    candidate_array = graph.candidate_ids() if restricted else None
+    candidate_array = graph.candidates()
     return execute_ranking(spec, "baseline", graph, queries,
                            lambda q: rank(relevance, q["query"], spec.baseline_depth, candidate_array),
                            f"baseline {cfg.queries.name}/{cfg.retriever.name}")

@@ -21,6 +21,7 @@ import numpy as np
 
 from ark.graph.graph import OUT, Graph
 from ark.index import Relevance
+from ark.index.topk import top_k
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ class Toolbox:
             return Observation(text=f"{header}: none.")
         if query and query.strip():
             scores = self.relevance.score(query, ids)
-            order = best_positions(scores, k)
+            order = top_k(scores, k, positive_only=False)[0]
             how = f"ranked by relevance to {query!r}"
         else:
             scores, order = None, np.arange(min(k, total))
@@ -320,20 +321,6 @@ def _member(ids: np.ndarray, size: int) -> np.ndarray:
     table = np.zeros(size, dtype=bool)
     table[ids] = True
     return table
-
-
-def best_positions(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k highest scores, ties by the smaller position: ``np.lexsort((positions, -scores))[:k]``
-    without sorting them all."""
-    candidates = np.flatnonzero(scores > 0)
-    if len(candidates) < k:
-        candidates = np.arange(len(scores))
-    s = scores[candidates]  # when k are positive, the best are among them (BM25: the few neighbors that match)
-    if len(s) > k:
-        kth = -np.partition(-s, k - 1)[k - 1]
-        keep = np.concatenate([np.flatnonzero(s > kth), np.flatnonzero(s == kth)])[:k]
-        candidates, s = candidates[keep], s[keep]
-    return candidates[np.argsort(-s, kind="stable")]
 
 
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _/().,:+-]{0,99}")
