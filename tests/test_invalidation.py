@@ -110,7 +110,7 @@ def committed(tmp_path_factory) -> Path:
 
 EDITS = {  # file -> what is appended (a comment: no result can depend on it)
     "src/ark/llm/decoding.py": "# an edit\n", "src/ark/index/dense.py": "# an edit\n",
-    "src/ark/agent/policies.py": "# an edit\n", "src/ark/report/tables.py": "# an edit\n",
+    "src/ark/agent/policies.py": "# an edit\n", "src/ark/report/tables/table5.py": "# an edit\n",
     "src/ark/data/stark.py": "# an edit\n", "conf/backbone/gpt-5.2.yaml": "# an edit\nmax_tokens: 7\n",
     "src/ark/data/synthetic.py": "# an edit\n", "conf/backbone/rules.yaml": "an_added_setting: 7\n",
 }
@@ -138,7 +138,7 @@ def test_an_edit_reruns_exactly_the_entries_that_run_the_edited_module(committed
     # the policies: every agent run, no baseline
     assert {"evaluate@rules-synthetic", "evaluate@student-synthetic"} <= stale["src/ark/agent/policies.py"]
     assert not {s for s in stale["src/ark/agent/policies.py"] if s.startswith(("baseline@", "hpo_baseline@"))}
-    assert stale["src/ark/report/tables.py"] == {"report"}
+    assert stale["src/ark/report/tables/table5.py"] == {"report"}
     # the STaRK loaders and an unused backbone file: nothing of the root pipeline
     assert stale["src/ark/data/stark.py"] == set() and stale["conf/backbone/gpt-5.2.yaml"] == set()
     # the synthetic query generator: its query set and what reads it; a selected config file: who composes it

@@ -409,7 +409,7 @@ def test_a_graph_cut_for_the_test_cases_refuses_the_validation_split(tmp_path):
 
 def test_the_lpo_table_counts_the_answerable_cases_of_the_split_each_graph_was_cut_for(tmp_path):
     from ark.io import write_jsonl
-    from ark.report.tables import table_lpo
+    from ark.report.tables.data_tables import table_lpo
 
     full, cut = _answerable_graph(), _answerable_graph()
     cut.meta["excluded"] = {"source": {"file": "x", "sha256": "y", "splits": ["test"]}, "publications": 3,

@@ -9,7 +9,7 @@ import yaml
 from ark.report.figures import budget_grid
 from ark.report.paper import stark_tables
 from ark.report.runs import RunData, load_runs
-from ark.report.tables import table5
+from ark.report.tables.table5 import table5
 from tests.test_page import chromium  # noqa: F401  (a fixture)
 from tests.conftest import compose_cfg
 
@@ -210,7 +210,7 @@ def test_the_committed_headline_is_table1s_ark_row():
     import csv
 
     from ark.report.runs import row_settings
-    from ark.report.tables import scored_on
+    from ark.report.tables.cells import scored_on
     from tests.conftest import ROOT, compose_cfg
 
     report = compose_cfg([]).report

@@ -11,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ark.report.runs import RunData, experiment_runs, experiment_sweep  # noqa: E402
-from ark.report.tables import (ark_setting, distillation_rows, estimate, scored_on, train_samples,  # noqa: E402
-                              trajectory_rows)
+from ark.report.tables.cells import ark_setting, estimate, scored_on  # noqa: E402
+from ark.report.tables.table5 import distillation_rows, train_samples  # noqa: E402
+from ark.report.tables.tool_use import trajectory_rows  # noqa: E402
 
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}

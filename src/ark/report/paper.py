@@ -13,7 +13,7 @@ import functools
 from pathlib import Path
 
 from ark.report.runs import RunData, experiment_runs, row_settings, table_rows
-from ark.report.tables import Table
+from ark.report.tables.table import Table
 
 PAPER_NUMBERS = Path(__file__).with_name("paper_numbers.csv")
 DATASETS = {"AMAZON": "stark_amazon", "MAG": "stark_mag", "PRIME": "stark_prime"}

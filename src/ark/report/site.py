@@ -14,7 +14,7 @@ from pathlib import Path
 from ark.errors import UserError
 from ark.io import write_text_atomic
 from ark.report.page import page_data, write_page
-from ark.report.tables import cell_text
+from ark.report.tables.table import cell_text
 
 MAX_QUERIES = 10
 OBSERVATION_CHARS = 1000

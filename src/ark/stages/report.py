@@ -23,7 +23,8 @@ from ark.report.paper import stark_tables
 from ark.report.page import load_for_page
 from ark.report.runs import graph, load_runs, row_settings
 from ark.report.site import write_site
-from ark.report.tables import biokg_tables, headline
+from ark.report.tables import biokg_tables
+from ark.report.tables.cells import headline
 from ark.stages import clear_errors, launch
 from ark.tracking import log_files, log_summary, stage_run
 

@@ -1,0 +1,96 @@
+"""Table 1: retrieval on BioKG (on the leave-publication-out graph for the case reports, and on the full graph), and
+its paired comparisons of ARK with every other row."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ark.report.intervals import METHOD, paired
+from ark.report.runs import RunData, row_settings
+from ark.report.tables.cells import (
+    answerable_count,
+    answerable_sets,
+    ark_setting,
+    metric_cells,
+    row_runs,
+    scored_on,
+    where,
+)
+from ark.report.tables.table import LABEL, Table, metric_columns
+
+
+def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, graphs_loaded: dict | None = None,
+           queries_root: Path | None = None) -> Table:
+    """Each query set scored on its graph (``graph_of``, ``report.graph_of``: the case reports on the
+    leave-publication-out graph); ``graph_of`` None: every set on the full graph (``table1_full``, leaky for the case
+    reports)."""
+    ark = ark_setting(ark_experiment)
+    metrics = ("hit@1", "recall@20", "mrr")
+    honest = graph_of is not None
+    graphs = scored_on(graph_of or {}, query_sets)
+    on = ", ".join(f"{q} on {g}" for q, g in graphs.items())
+    # the case reports on the leave-publication-out graph, again on the cases it left answerable
+    answerable = [q for q in query_sets if graphs[q] != "biokg"]
+    subset = ("hit@1", "mrr")
+    t = Table("table1" if honest else "table1_full",
+              "Table 1: retrieval on BioKG, test split (x100)" if honest else
+              "Table 1, full graph: retrieval on BioKG, test split (x100); leaky for the case reports",
+              ["method"] + metric_columns(query_sets, metrics, average=True)
+              + [f"{q} answerable {LABEL[m]}" for q in answerable for m in subset],
+              note=(f"Graphs: {on}. " if honest else "Every query set on the full graph, whose disease annotations "
+                    "partly come from the publications the case reports are taken from (nearly circular for them): "
+                    "Table 1 scores them on the leave-publication-out graph. ")
+                   + "HPO similarity: each case's HPO terms against every disease's annotations in the same graph "
+                   "(Resnik, best match per case term; genes through their diseases), the case reports only. "
+                   "ARK-V1 interface: the rules policy over ARK-V1's tools (an anchor by its exact name, its "
+                   "relations, their triples; no text search). "
+                   + ("Answerable: the cases whose gold disease (for a gene: a disease of the gold gene) keeps at "
+                      "least one phenotype annotation in the graph they are scored on; the others cannot be reached "
+                      "from their findings by any method. " if answerable else "")
+                   + f"ARK here is the scripted rules policy sampled at its temperature ({ark['backbone']}, "
+                   f"{ark['n_agents']} agents, T_max {ark['T_max']}, voting), not a language model. The STaRK "
+                   "version of this table is stark_table1.md.")
+    rows = table1_rows(runs, graphs)
+    for label, per_set in rows:
+        t.add([label] + metric_cells(per_set, query_sets, metrics, average=True)
+              + metric_cells(per_set, answerable, [f"answerable/{m}" for m in subset]), list(per_set.values()))
+    t.note += f" {where(rows)} Intervals: {METHOD}."
+    sets = answerable_sets(answerable)
+    for q in sets if graphs_loaded and queries_root else ():
+        if graphs[q] in graphs_loaded:
+            t.note += f" {q}: {answerable_count(sets[q], graphs_loaded[graphs[q]], queries_root / q / 'test.jsonl')} " \
+                      f"test cases answerable on {graphs[q]}."
+    return t
+
+
+def table1_rows(runs, graphs: dict[str, str]) -> list[tuple[str, dict[str, RunData]]]:
+    """(label, {query set: run}) of Table 1's rows that have runs, each query set on its graph (``graphs``)."""
+    return [(label, per_set) for label, per_set in row_runs(runs, "table1", graphs) if per_set]
+
+
+def table1_paired(runs, query_sets, ark_experiment: str, graph_of: dict) -> Table:
+    """ARK against every other row of Table 1, on the queries both scored (a paired bootstrap of the difference)."""
+    graphs = scored_on(graph_of, query_sets)
+    metrics = ("hit@1", "mrr")
+    ark_label = row_settings(ark_experiment).get("label", ark_experiment)
+    t = Table("table1_paired", f"Table 1, paired: {ark_label} minus each other method on the same queries "
+                               "(difference x100, 95 % interval, p)",
+              ["compared with"] + [c for q in query_sets for c in (*(f"{q} {LABEL[m]} diff" for m in metrics), f"{q} n")],
+              note="Each difference is "
+                   f"{ark_label}'s mean minus the other method's on the queries both scored; {METHOD}, the same draws "
+                   "for both methods; p: two-sided bootstrap p of the difference. A difference whose interval "
+                   "covers 0 is not established.")
+    rows = dict(table1_rows(runs, graphs))
+    t.note = f"{where(rows.items())} {t.note}"
+    ark = rows.pop(ark_label, {})
+    for label, per_set in rows.items():
+        cells = []
+        for q in query_sets:
+            a, b = ark.get(q), per_set.get(q)
+            common = sorted(set(a.scores) & set(b.scores)) if a is not None and b is not None else []
+            common = [i for i in common if a.scores[i].get("complete", True) and b.scores[i].get("complete", True)]
+            units = a.units() if common else {}
+            cells += [paired([a.scores[i][m] for i in common], [b.scores[i][m] for i in common],
+                             [units[i] for i in common]).scaled(100) if common else None for m in metrics]
+            cells.append(len(common) or None)
+        t.add([label] + cells, [r for q in query_sets for r in (ark.get(q), per_set.get(q)) if r])
+    return t

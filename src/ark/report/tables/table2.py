@@ -1,0 +1,20 @@
+"""Table 2: tool ablations."""
+from __future__ import annotations
+
+from ark.report.intervals import METHOD
+from ark.report.tables.cells import ark_setting, metric_cells, row_runs, where
+from ark.report.tables.table import Table, metric_columns
+
+
+def table2(runs, graphs: dict[str, str], ark_experiment: str, split: str) -> Table:
+    ark = ark_setting(ark_experiment)
+    metrics = ("hit@1", "recall@20")
+    query_sets = list(graphs)
+    t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
+              note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
+    rows = row_runs(runs, "table2", graphs)
+    for label, per_set in rows:
+        if per_set:
+            t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
+    t.note += f" {where(rows)} Intervals: {METHOD}."
+    return t

@@ -1,0 +1,95 @@
+"""Table 5: backbones and the distilled student."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ark.eval.trajectories import run_statistics
+from ark.report.intervals import METHOD
+from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
+from ark.report.tables.cells import estimate, where
+from ark.report.tables.table import LABEL, METRICS, Table, pct
+
+
+def train_samples(config: dict, distill_dir: Path) -> int | None:
+    """How many teacher trajectories the student a run evaluates was trained on (its distill report), if known."""
+    report = Path(distill_dir) / Path(config["backbone"]["local"]["adapter"]).name / "report.json"
+    return json.loads(report.read_text())["report"]["train_samples"] if report.exists() else None
+
+
+def row_label(row: dict, config: dict, distill_dir: Path) -> str:
+    """A Table 5 row file's label; ``{trajectories}`` in it: how many the run's adapter was trained on, where
+    known."""
+    adapter = ((config.get("backbone") or {}).get("local") or {}).get("adapter")
+    samples = train_samples(config, distill_dir) if adapter else None
+    return row["label"].replace("{trajectories}", "" if samples is None else f", {samples} trajectories")
+
+
+def metrics_on(run: RunData, ids: list[str]) -> dict:
+    """A run's metrics (and an agent run's invalid-call rate) on the queries ``ids``: its published ones when ``ids``
+    are all its queries, else from its per-query scores and records."""
+    scores = run.scores
+    if set(ids) == set(scores):
+        return {**{m: run.metrics.get(m) for m in METRICS}, "invalid_call_rate": run.stats.get("invalid_call_rate")}
+    out = {m: float(np.mean([scores[i][m] for i in ids])) if all(m in scores[i] for i in ids) else None
+           for m in METRICS}  # a run scored with fewer metrics (cfg.metrics) leaves the others empty
+    records = {r.id: r for r in run.records} if run.config["stage"] != "baseline" else None
+    out["invalid_call_rate"] = None if records is None else \
+        run_statistics([records[i] for i in ids]).get("invalid_call_rate")
+    return out
+
+
+def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]) -> list[dict]:
+    """Table 5's comparisons: the runs of its row files (``conf/experiment/table5/``: one agent, a few steps, the first
+    test queries; BM25 on the same), each query set on its graph in ``on``. Per query set, one comparison per run
+    length n: every run that covers the first n queries, each scored on exactly those n; each model's Hit@1 as a share
+    of the teacher's (the row file with ``teacher: true``) on them."""
+    found = []
+    for experiment in table_rows("table5"):
+        row = row_settings(experiment)
+        for run in experiment_runs(runs, experiment, list(on), on).values():
+            found.append((row.get("order", 0), row_label(row, run.config, distill_dir), run, bool(row.get("teacher"))))
+    rows = []
+    for q in [q for q in on if any(run.config["queries"]["name"] == q for _, _, run, _ in found)]:  # Table 1's order
+        of_set = [(order, label, run, teacher, list(run.scores)) for order, label, run, teacher in found
+                  if run.config["queries"]["name"] == q]
+        for n in sorted({len(ids) for *_, ids in of_set}):
+            first = next(ids for *_, ids in of_set if len(ids) == n)  # the first n queries of the split
+            block = {}
+            for order, label, run, teacher, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[4]))):
+                if label not in block and len(ids) >= n and set(first) <= set(ids):
+                    block[label] = {"order": order, "method": label, "queries": q, "n_queries": n, "run_data": run,
+                                    "teacher": teacher, "ids": first, **metrics_on(run, first)}
+            teacher = next((r["hit@1"] for r in block.values() if r["teacher"]), None)
+            teacher_order = next((r["order"] for r in block.values() if r["teacher"]), None)
+            for r in block.values():
+                if teacher and r["order"] > teacher_order:
+                    r["teacher_hit1_share"] = round(r["hit@1"] / teacher, 3)
+            rows += sorted(block.values(), key=lambda r: (r["order"], r["method"]))
+    return rows
+
+
+def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
+    """``on``: {query set: the graph it is scored on}, as in Table 1 (the case reports: leave-publication-out)."""
+    t_max = experiment_config(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
+    graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
+    t = Table("table5", f"Table 5: backbones and the distilled student on BioKG ({graphs}), first test queries, "
+                        f"1 agent, T_max {t_max} (x100)",
+              ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
+              note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
+                   "SmolLM2-135M trained on its trajectories (distill stage), collected on the graph each query set "
+                   "is scored on. Each block of rows is one comparison: every run that covers the first n test "
+                   "queries, scored on exactly those n (a longer run appears in a block with its first n).", keys=3)
+    found = distillation_rows(runs, distill_dir, on)
+    t.note += f" {where([('', {r['queries']: r['run_data']}) for r in found])} Intervals: {METHOD}."
+    for r in found:
+        share = r.get("teacher_hit1_share")
+        run = r["run_data"]
+        ids = None if set(r["ids"]) == set(run.scores) else set(r["ids"])  # all its queries: its published means
+        t.add([r["queries"], r["n_queries"], r["method"], *[estimate(run, m, ids) for m in METRICS],
+               pct(r["invalid_call_rate"]),
+               None if share is None else round(100 * share)], [r["run_data"]],
+              label=f"{r['queries']} / n={r['n_queries']} / {r['method']}")
+    return t
