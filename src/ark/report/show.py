@@ -15,12 +15,12 @@ from pathlib import Path
 
 import yaml
 
+from ark.agent.records import QueryRecord, Trajectory
 from ark.config import compose
 from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import queries_of_run, run_graph
 from ark.runs.identity import run_name
-from ark.agent.records import QueryRecord, Trajectory
 from ark.runs.store import load_run, read_scores
 
 # longer lines are cut (observation lines run to ~300 characters); wrapped lines would break the columns

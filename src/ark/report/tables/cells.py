@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from ark.io import read_jsonl
-from ark.report.intervals import Estimate, bootstrap, bootstrap_average
+from ark.report.intervals import METHOD, Estimate, bootstrap, bootstrap_average
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
-from ark.report.tables.table import pct
+from ark.report.tables.table import Table, pct
 
 
 def scored_on(graph_of: dict, query_sets) -> dict[str, str]:
@@ -104,3 +104,13 @@ def answerable_count(query_set, graph, split_file: Path) -> str:
     """"n of N": how many queries of ``split_file`` are answerable on ``graph``, as the scoring computes it."""
     rows = read_jsonl(split_file)
     return f"{sum(query_set.answerable(graph, r['answer_ids']) for r in rows)} of {len(rows)}"
+
+
+def add_metric_rows(t: Table, runs, graphs: dict[str, str], metrics) -> None:
+    """A row of ``t`` for each of its row files that has runs (``conf/experiment/<t.name>/``): each query set's
+    ``metrics`` with their intervals; the note says where the runs were scored and how the intervals are made."""
+    rows = row_runs(runs, t.name, graphs)
+    for label, per_set in rows:
+        if per_set:
+            t.add([label] + metric_cells(per_set, list(graphs), metrics), list(per_set.values()))
+    t.note += f" {where(rows)} Intervals: {METHOD}."

@@ -1,8 +1,7 @@
 """Table 2: tool ablations."""
 from __future__ import annotations
 
-from ark.report.intervals import METHOD
-from ark.report.tables.cells import ark_setting, metric_cells, row_runs, where
+from ark.report.tables.cells import add_metric_rows, ark_setting
 from ark.report.tables.table import Table, metric_columns
 
 
@@ -12,9 +11,5 @@ def table2(runs, graphs: dict[str, str], ark_experiment: str, split: str) -> Tab
     query_sets = list(graphs)
     t = Table("table2", f"Table 2: tool ablations on BioKG, {split} (x100)", ["toolset"] + metric_columns(query_sets, metrics),
               note=f"ARK over {ark['backbone']} (a scripted policy); {split}: a seeded 10% of the test split.")
-    rows = row_runs(runs, "table2", graphs)
-    for label, per_set in rows:
-        if per_set:
-            t.add([label] + metric_cells(per_set, query_sets, metrics), list(per_set.values()))
-    t.note += f" {where(rows)} Intervals: {METHOD}."
+    add_metric_rows(t, runs, graphs, metrics)
     return t
