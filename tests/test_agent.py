@@ -316,6 +316,7 @@ def test_evaluate_then_replay_from_cache_makes_no_calls_and_identical_records(ti
     assert all(json.loads(line)["agents"][0]["replayed_steps"] == 0 for line in records)
 
 
+@pytest.mark.e2e
 def test_kill_mid_run_then_rerun_yields_each_query_once(tiny_project, tmp_path):
     endpoint = ScriptedEndpoint(delay=0.4)
     with endpoint.serve() as server:
@@ -466,6 +467,7 @@ def test_a_priced_models_reply_costs_its_tokens_at_litellms_prices():
             assert result.error is None and result.cost == pytest.approx(expected, rel=1e-9) and (expected > 0) == (model == "gpt-4.1")
 
 
+@pytest.mark.e2e
 def test_queries_spread_over_worker_processes_give_the_records_of_one_process(tiny_project):
     from ark.stages import evaluate
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = """import sys
 from ark.io import write_jsonl
@@ -46,6 +48,7 @@ def run(cwd: Path, *args: str, env: dict) -> str:
     return out.stdout
 
 
+@pytest.mark.e2e
 def test_a_clone_pulls_the_results_from_a_directory_remote_and_shows_a_run(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1", "WANDB_MODE": "disabled", "PROJECT_ROOT": ".",

@@ -52,6 +52,7 @@ def runs(out: Path) -> dict[int, tuple[str, dict]]:
     return found
 
 
+@pytest.mark.e2e
 def test_a_two_point_sweep_runs_through_submitit_and_its_merged_caches_replay_it(project, tmp_path):
     cache = tmp_path / "cache"
     endpoint = ScriptedEndpoint()  # search the question, then answer with the first node shown

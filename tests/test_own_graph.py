@@ -222,6 +222,7 @@ def run_commands(commands: str, cwd: Path) -> str:
     return out.stdout
 
 
+@pytest.mark.e2e
 def test_the_walkthrough_runs_as_written(tmp_path):
     """Every ```bash block of the page but `dvc repro`, in order, in one shell, from a directory holding the example
     (as a fresh clone does); each step prints what the page shows."""

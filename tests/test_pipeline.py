@@ -31,35 +31,34 @@ def dvc_stages():
         return out
 
 
-def one_job(args: list[str]) -> list[str]:
-    """A Hydra multirun's first job: no --multirun flag, the first value of each swept key."""
-    return [a.split(",")[0] if "=" in a and "," in a and "[" not in a else a for a in args if a != "--multirun"]
-
-
 def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
     """Each conf group file a stage composes is a param (or, for an experiment row, inside a group directory that
     is a dependency); config.yaml only at key level; never the logger; every local input file the config names
-    (e.g. the phenopacket source) is a dependency."""
-    stages = dvc_stages()
-    assert {name.split("@")[0] for name, *_ in stages} >= {"download", "build_graph", "build_index", "make_queries",
-                                                          "baseline", "collect", "distill", "evaluate", "report"}
-    for name, cmd, deps, params in stages:
+    (e.g. the phenopacket source) is a dependency. Each entry's config as ``ark.stage_deps`` composes it (kept by
+    conf/'s content)."""
+    from ark.stage_deps import PIPELINES, entries
+
+    stages = {name: (cmd, deps, params) for name, cmd, deps, params in dvc_stages()}
+    found = {("" if p.parent == ROOT else f"{p.relative_to(ROOT)}:") + e.name: e
+             for p in PIPELINES for group in entries(p).values() for e in group}
+    assert {name.split("@")[0] for name in stages} >= {"download", "build_graph", "build_index", "make_queries",
+                                                       "baseline", "collect", "distill", "evaluate", "report"}
+    assert set(found) == set(stages)
+    for name, (cmd, deps, params) in stages.items():
         argv = shlex.split(cmd)
         assert argv[:2] == ["python", "-m"] and argv[2].startswith("ark.stages."), name
         module = importlib.import_module(argv[2])
         assert f"src/ark/stages/{argv[2].split('.')[-1]}.py" in deps, f"{name}: stage script not a dep"
         assert params.get("conf/config.yaml", []) is not None, f"{name}: conf/config.yaml tracked as a whole file"
         assert not any(p.startswith(("conf/logger/", "conf/paths/")) for p in params), name
-        cfg = compose_cfg(one_job(argv[3:]), hydra_config=True)
-        choices = cfg.hydra.runtime.choices
-        groups = list(module.GROUPS)
-        groups += ["experiment"] if choices.get("experiment") else []
+        choices = found[name].config["choices"]
+        groups = list(module.GROUPS) + (["experiment"] if choices.get("experiment") else [])
         for group in groups:
             path = f"conf/{group}/{choices[group]}.yaml"
             assert path in params or any(path.startswith(f"{d}/") for d in deps), \
                 f"{name}: {path} is composed but not a param"
-        source = cfg.get("queries", {}).get("source")
-        if source and name.startswith("make_queries") and not str(source).startswith("http"):
+        source = found[name].config["source"]
+        if source and name.startswith("make_queries") and not source.startswith("http"):
             assert any(Path(source) == Path(d) or Path(d) in Path(source).parents for d in deps), f"{name}: {source}"
 
 

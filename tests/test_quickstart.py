@@ -4,11 +4,14 @@ as a new user's first `dvc repro` does."""
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.e2e
 def test_the_readme_quick_start_runs_and_prints_what_the_readme_shows(tmp_path):
     quickstart = load_benchmark("quickstart")
     steps = quickstart.steps(ROOT / "README.md")

@@ -187,6 +187,7 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
                      if p.is_file()}
 
 
+@pytest.mark.e2e
 def test_the_report_site_opens_in_a_browser_with_every_row_linked(tiny_runs, chromium):
     from ark.stages import report
     from tests.test_page import render

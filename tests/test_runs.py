@@ -169,6 +169,7 @@ def _evaluate(args, tmp_path, server_url, **env):
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
 
 
+@pytest.mark.e2e
 def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_rules, tmp_path):
     failing = ScriptedEndpoint(fail_first=10**6, status=401)
     with failing.serve() as server:

@@ -64,6 +64,7 @@ def stark_run(tmp_path_factory):
         yield project, fixture, endpoint
 
 
+@pytest.mark.e2e
 def test_baseline_and_evaluate_publish_metrics_for_every_dataset(stark_run):
     project, fixture, endpoint = stark_run
     for skb in SKBS:
@@ -79,6 +80,7 @@ def test_baseline_and_evaluate_publish_metrics_for_every_dataset(stark_run):
         assert (config["agent"]["T_max"], config["agent"]["n_agents"]) == (20, 3)  # paper defaults
 
 
+@pytest.mark.e2e
 def test_evaluate_called_the_endpoint_and_counted_tokens_and_cost(stark_run):
     project, fixture, endpoint = stark_run
     n_test = sum(len(fixture[skb]["splits"]["test"]) for skb in SKBS)
@@ -99,6 +101,7 @@ def test_evaluate_called_the_endpoint_and_counted_tokens_and_cost(stark_run):
     assert Ledger(project / "cache" / "spend-stark.sqlite").totals()[0] == pytest.approx(spent)
 
 
+@pytest.mark.e2e
 def test_rerun_is_up_to_date(stark_run):
     project, _, endpoint = stark_run
     calls = endpoint.calls
@@ -107,6 +110,7 @@ def test_rerun_is_up_to_date(stark_run):
     assert endpoint.calls == calls
 
 
+@pytest.mark.e2e
 def test_the_tables_stage_puts_our_stark_runs_beside_the_papers_numbers(stark_run):
     project, _, _ = stark_run
     dvc(project, "repro", "stark/dvc.yaml")
@@ -124,6 +128,7 @@ def test_the_tables_stage_puts_our_stark_runs_beside_the_papers_numbers(stark_ru
     assert "up to date" in dvc(project, "status", "stark/dvc.yaml").stdout
 
 
+@pytest.mark.e2e
 def test_root_repro_leaves_the_stark_pipeline_alone(tmp_path):
     """A plain `dvc repro` runs the root dvc.yaml only; stark/dvc.yaml (the real one, with its real params) parses
     and `dvc dag` shows it without any STaRK data; a plain `dvc status` lists both pipelines."""

@@ -3,9 +3,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.e2e
 def test_dvc_metrics_show_fits_a_terminal_and_loads_every_metric():
     out = subprocess.run([sys.executable, "-m", "dvc", "metrics", "show"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -195,7 +195,7 @@ def targets(node) -> set[str]:
 @functools.cache
 def cache() -> dict:
     """What ``composed`` found for this conf/ (its content hash), kept between runs."""
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(CONF.rglob("*.yaml")))).hexdigest()
+    key = hashlib.sha256(b"2" + b"".join(p.read_bytes() for p in sorted(CONF.rglob("*.yaml")))).hexdigest()
     try:
         saved = json.loads(CACHE.read_text())
     except (OSError, ValueError):
@@ -223,6 +223,8 @@ def composed(overrides: tuple[str, ...]) -> dict:
             "files": [f"conf/{d.config_path}.yaml" for d in defaults if (CONF / f"{d.config_path}.yaml").is_file()],
             "classes": {g: sorted(targets(n)) for g, n in nodes.items() if targets(n)},
             "index": str(Path(cfg.dataset.get("index_dir") or "")),  # paths.data is relative: DVC runs from the root
+            "choices": {g: c for g, c in cfg.hydra.runtime.choices.items() if c and not g.startswith("hydra/")},
+            "source": str((cfg.get("queries") or {}).get("source") or ""),  # a query set's input file
         }
     return found[" ".join(overrides)]
 
