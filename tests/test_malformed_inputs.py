@@ -465,7 +465,9 @@ def snapshot(p: Path) -> dict:
             for f in sorted(p.rglob("*")) if f.relative_to(p).parts[0] != "logs"}
 
 
-@pytest.mark.parametrize("stage, overrides, damage, message, sub", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("stage, overrides, damage, message, sub",  # a case in its own process: end to end
+                         [pytest.param(*c[1:], marks=[pytest.mark.e2e] if c[-1] else []) for c in CASES],
+                         ids=[c[0] for c in CASES])
 def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_path, capsys, stage, overrides, damage,
                                                                   message, sub):
     from ark.stages import clear_errors

@@ -202,6 +202,7 @@ def test_a_run_whose_calls_all_fail_exits_nonzero_and_a_rerun_completes_it(tiny_
      "backbone.local.adapter: no adapter directory"),
     ("baseline", ["retriever.params.k1=1.5"], "the index at"),  # built with k1 1.2
 ])
+@pytest.mark.e2e  # a stage process per case
 def test_bad_config_values_exit_2_before_any_work(tiny_rules, tmp_path, stage, overrides, message):
     backbone = [] if any(o.startswith("backbone=") for o in overrides) else ["backbone=rules"]
     out = subprocess.run([sys.executable, "-m", f"ark.stages.{stage}", *tiny_rules, *backbone, *overrides,

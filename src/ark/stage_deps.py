@@ -266,12 +266,19 @@ class Entry:
 @functools.cache
 def entries(pipeline: Path) -> dict[str, list[Entry]]:
     """Each stage of ``pipeline`` that runs an ark entry point -> its entries."""
+    import fcntl
+
     from hydra import initialize_config_dir
 
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        found = _entries(pipeline)
     CACHE.parent.mkdir(exist_ok=True)
-    CACHE.write_text(json.dumps(cache()))
+    with open(CACHE.with_suffix(".lock"), "w") as lock:  # another process composing the same: wait, then read it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache.cache_clear()
+        with initialize_config_dir(str(CONF), version_base="1.3"):
+            found = _entries(pipeline)
+        tmp = CACHE.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache()))
+        tmp.replace(CACHE)
     return found
 
 
