@@ -74,13 +74,15 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     assert t.rows[1][2] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
     assert t.rows[2][2] == "SmolLM2-135M base, grammar-constrained"
     student = t.rows[3][3:]  # the student on its first 20: scores (with intervals) and records
-    assert all(e.value == e.lo == e.hi == 30.0 for e in student[:4]) and student[4:] == [2.0, 75]
+    # every query scores the same: the interval is still no point (ark.report.intervals)
+    assert all(e.value == 30.0 and e.lo < 30.0 < e.hi for e in student[:4]) and student[4:] == [2.0, 75]
     student = t.rows[-1]
     assert "96 trajectories" in student[2] and "free decoding" in student[2]
     assert student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
     shown = t.markdown()  # in blocks of at most 200 columns, each naming its rows
     student_lines = [line for line in shown.splitlines() if line.startswith("| synthetic | 50 | student: LoRA")]
-    assert len(student_lines) == 2 and " ".join(student_lines).count(" 30.00 [30.0, 30.0] ") == 4
+    assert len(student_lines) == 2 and " ".join(student_lines).count(" 30.00 [") == 4 \
+        and "[30.0, 30.0]" not in " ".join(student_lines)
     assert "| 2.00 |" in " ".join(student_lines) and student_lines[-1].endswith("| 75 |") and max(len(line) for line in shown.splitlines()) <= 200
 
 

@@ -1,11 +1,18 @@
-"""95 % intervals for the report's numbers: a seeded cluster bootstrap over resampling units.
+"""95 % intervals for the report's numbers, for queries that are not always independent.
 
-A metric cell is the mean of per-query scores. Queries are not always independent: the case reports of one
-publication (a family, several cases of one disease) move together, so for them the unit resampled is the
-publication, and for synthetic queries the query itself (``units``). A replicate draws as many units as there are,
-with replacement, and takes the mean over every query of the drawn units. The interval is the percentile interval of
-the replicates. A paired comparison resamples the same units for both methods on the same queries; its p is the
-two-sided bootstrap p of the difference (twice the smaller share of replicates on either side of 0, at most 1).
+A metric cell is the mean of per-query scores in [0, 1]. The case reports of one publication (a family, several
+cases of one disease) move together, so for them the unit is the publication, and for synthetic queries the query
+itself (``units``). A mean's interval is a score (Wilson) interval on the effective sample size of that cluster
+design: n_eff = p(1 - p) / v, with v the cluster (ratio-estimator) variance of the mean, at most n; z from Student's t
+with one degree of freedom less than there are units (Korn and Graubard). Where every score is the same (0 % or
+100 %: no variance to read a design effect from) the clusters count as whole: n_eff = n / (sum of squared cluster
+sizes / n). So an interval never collapses to a point at 0 % or 100 %: 0 of 20 independent queries gives
+[0, 18.0].
+``tests/test_intervals.py`` simulates its coverage on clustered draws like the case reports'.
+
+A paired comparison (the difference of two methods on the same queries) is a seeded cluster bootstrap: it resamples
+the same units for both; its p is the two-sided bootstrap p of the difference (twice the smaller share of replicates
+on either side of 0, at most 1).
 """
 from __future__ import annotations
 
@@ -16,8 +23,9 @@ import numpy as np
 REPLICATES = 2000
 SEED = 0
 LEVEL = 0.95
-METHOD = (f"95 % percentile intervals from {REPLICATES:,} seeded bootstrap replicates; the unit resampled is the "
-          "publication for case reports (its cases move together) and the query for synthetic queries")
+METHOD = ("95 % score (Wilson) intervals on the effective sample size of the clusters, the publication for case "
+          "reports (its cases move together) and the query for synthetic queries; differences: a paired cluster "
+          f"bootstrap of {REPLICATES:,} seeded replicates")
 
 
 @dataclass(frozen=True)
@@ -34,46 +42,75 @@ class Estimate:
                         round(self.hi * factor, digits), None if self.p is None else round(self.p, 4))
 
 
-def _replicates(values, units, seed: int, replicates: int) -> tuple[float, np.ndarray]:
-    """(the mean of ``values``, the means of ``replicates`` cluster-bootstrap samples of ``units``)."""
+def _clusters(values, units) -> tuple[np.ndarray, np.ndarray]:
+    """(the sum of ``values`` per unit, the number of values per unit)."""
     values = np.asarray(values, dtype=float)
     if values.ndim != 1 or len(values) != len(units) or not len(values):
         raise ValueError(f"need one unit per value and at least one value, got {len(values)} values and "
                          f"{len(units)} units")
     _, index = np.unique(np.asarray([str(u) for u in units]), return_inverse=True)
-    sums = np.bincount(index, weights=values)
-    counts = np.bincount(index).astype(float)
+    return np.bincount(index, weights=values), np.bincount(index).astype(float)
+
+
+def _moments(values, units) -> tuple[float, float, float, int]:
+    """(mean, its cluster variance, the effective sample size where no score varies, the number of units)."""
+    sums, counts = _clusters(values, units)
+    n, k = counts.sum(), len(sums)
+    mean = float(sums.sum() / n)
+    variance = float(k / (k - 1) * np.sum((sums - mean * counts) ** 2) / n ** 2) if k > 1 else 0.0
+    return mean, variance, float(n * n / np.sum(counts ** 2)), k
+
+
+def _score_interval(mean: float, variance: float, whole: float, n: float, k: int, level: float) -> tuple[float, float]:
+    """Wilson's interval for ``mean`` on the effective sample size ``p(1-p)/variance`` (at most ``n``; ``whole`` where
+    the variance is 0), z from Student's t with ``k - 1`` degrees of freedom."""
+    from scipy.stats import t
+
+    spread = mean * (1 - mean)
+    n_eff = min(n, spread / variance) if variance > 0 and spread > 0 else (n if variance > 0 else whole)
+    z = float(t.ppf(1 - (1 - level) / 2, max(k - 1, 1)))
+    centre = (mean + z * z / (2 * n_eff)) / (1 + z * z / n_eff)
+    half = z / (1 + z * z / n_eff) * np.sqrt(max(spread, 0.0) / n_eff + z * z / (4 * n_eff ** 2))
+    # Wilson's bounds at 0 % and 100 % are exactly 0 and 1 (rounding would leave the estimate outside)
+    return (0.0 if mean <= 0 else max(0.0, float(centre - half))), (1.0 if mean >= 1 else min(1.0, float(centre + half)))
+
+
+def mean_interval(values, units, level: float = LEVEL) -> Estimate:
+    """The mean of ``values`` (one per query, each in [0, 1]) and its interval, its queries clustered by ``units``."""
+    mean, variance, whole, k = _moments(values, units)
+    return Estimate(mean, *_score_interval(mean, variance, whole, len(values), k, level))
+
+
+def average_interval(samples: list[tuple], level: float = LEVEL) -> Estimate:
+    """The average of several query sets' means (``samples``: (values, units) of each) and its interval: the sets
+    are independent, so their variances add (each over the square of their number)."""
+    moments = [_moments(values, units) for values, units in samples]
+    m = len(moments)
+    mean = float(np.mean([mo[0] for mo in moments]))
+    variance = sum(mo[1] for mo in moments) / m ** 2
+    whole = m * m / sum(1 / mo[2] for mo in moments)  # the n_eff that gives the sets' own at equal sizes
+    n = float(sum(len(values) for values, _ in samples))
+    return Estimate(mean, *_score_interval(mean, variance, whole, n, sum(mo[3] for mo in moments), level))
+
+
+def _replicates(values, units, seed: int, replicates: int) -> tuple[float, np.ndarray]:
+    """(the mean of ``values``, the means of ``replicates`` cluster-bootstrap samples of ``units``)."""
+    sums, counts = _clusters(values, units)
     draws = np.random.default_rng(seed).integers(0, len(sums), size=(replicates, len(sums)))
-    return float(values.mean()), sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-
-
-def _interval(means: np.ndarray, level: float) -> tuple[float, float]:
-    tail = (1 - level) / 2
-    lo, hi = np.quantile(means, [tail, 1 - tail])
-    return float(lo), float(hi)
-
-
-def bootstrap(values, units, seed: int = SEED, replicates: int = REPLICATES, level: float = LEVEL) -> Estimate:
-    """The mean of ``values`` (one per query) and its interval, resampling ``units`` (one per query)."""
-    mean, means = _replicates(values, units, seed, replicates)
-    return Estimate(mean, *_interval(means, level))
+    return float(sums.sum() / counts.sum()), sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
 
 
 def paired(a, b, units, seed: int = SEED, replicates: int = REPLICATES, level: float = LEVEL) -> Estimate:
     """The mean difference ``a - b`` of two methods scored on the same queries (``a[i]``, ``b[i]``: query i), its
     interval and two-sided p, resampling ``units`` (the same draws for both: the difference is resampled)."""
-    mean, means = _replicates(np.asarray(a, dtype=float) - np.asarray(b, dtype=float), units, seed, replicates)
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"a paired comparison needs one score of each method per query, got {a.shape} and {b.shape}")
+    mean, means = _replicates(a - b, units, seed, replicates)
     p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
-    return Estimate(mean, *_interval(means, level), p)
-
-
-def bootstrap_average(samples: list[tuple], seed: int = SEED, replicates: int = REPLICATES,
-                      level: float = LEVEL) -> Estimate:
-    """The average of several query sets' means (``samples``: (values, units) of each) and its interval: each set
-    resampled on its own, the replicates averaged."""
-    results = [_replicates(values, units, seed + i, replicates) for i, (values, units) in enumerate(samples)]
-    mean = float(np.mean([m for m, _ in results]))
-    return Estimate(mean, *_interval(np.mean([r for _, r in results], axis=0), level))
+    tail = (1 - level) / 2
+    lo, hi = np.quantile(means, [tail, 1 - tail])
+    return Estimate(mean, float(lo), float(hi), p)
 
 
 def units_of(queries: list[dict]) -> dict[str, str]:

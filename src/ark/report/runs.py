@@ -51,7 +51,7 @@ class RunData:
         return self._scores
 
     def units(self) -> dict[str, str]:
-        """{query id: the unit a bootstrap resamples} (``ark.report.intervals.units_of``)."""
+        """{query id: its unit, the cluster its intervals count it in} (``ark.report.intervals.units_of``)."""
         from ark.report.intervals import units_of
 
         return units_of(queries_of_run(self.config, self.paths, limit=False))

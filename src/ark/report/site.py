@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ark.errors import UserError
 from ark.io import write_text_atomic
+from ark.report.intervals import METHOD
 from ark.report.page import page_data, write_page
 from ark.report.tables.table import cell_text
 
@@ -70,7 +71,7 @@ def write_site(tables, figures: list[Path], out_dir: str | Path, load, max_queri
     nav = " ".join(f'<a href="#{e(t.name)}">{e(t.name)}</a>' for t in tables)
     body = [f"<h1>ARK: the report</h1><nav>{nav}</nav>",
             "<p>Every table of the report stage with the runs behind each row (a row's numbers link to the pages of "
-            f"its runs: their first {max_queries} queries, agents step by step). Intervals: 95% bootstrap.</p>"]
+            f"its runs: their first {max_queries} queries, agents step by step). Intervals: {e(METHOD)}.</p>"]
     body += [table_html(t, pages) for t in tables]
     for figure in figures:
         src = Path("..") / figure.parent.name / figure.name

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ark.io import read_jsonl
-from ark.report.intervals import METHOD, Estimate, bootstrap, bootstrap_average
+from ark.report.intervals import METHOD, Estimate, average_interval, mean_interval
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
 from ark.report.tables.table import Table, pct
 
@@ -48,7 +48,7 @@ def estimate(run: RunData, metric: str, ids=None) -> Estimate | None:
     values, units = per_query(run, metric, ids)
     if not values:
         return None
-    e = bootstrap(values, units).scaled(100)
+    e = mean_interval(values, units).scaled(100)
     published = run.metrics.get(metric) if ids is None else None
     return e if published is None else replace(e, value=pct(published))
 
@@ -64,7 +64,7 @@ def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, aver
 
 
 def _average(found: dict[str, RunData], query_sets: list[str], metric: str) -> Estimate:
-    e = bootstrap_average([per_query(found[q], metric) for q in query_sets]).scaled(100)
+    e = average_interval([per_query(found[q], metric) for q in query_sets]).scaled(100)
     return replace(e, value=round(float(np.mean([pct(found[q].metrics.get(metric)) for q in query_sets])), 2))
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from ark.agent.aggregate import AGGREGATIONS, aggregate
 from ark.eval.score import score_records
-from ark.report.intervals import METHOD, bootstrap
+from ark.report.intervals import METHOD, mean_interval
 from ark.report.runs import RunData, experiment_runs
 from ark.report.tables.cells import ark_setting, where
 from ark.report.tables.table import METRICS, Table, metric_columns, pct
@@ -20,7 +20,7 @@ def fused_scores(run: RunData, method: str) -> dict:
     rows, means = score_records(fused, gold, list(METRICS), run.candidates())
     units = run.units()
     kept = [row for row in rows if row["complete"]]
-    return {m: replace(bootstrap([row[m] for row in kept], [units[row["id"]] for row in kept]).scaled(100),
+    return {m: replace(mean_interval([row[m] for row in kept], [units[row["id"]] for row in kept]).scaled(100),
                        value=pct(means[m])) for m in METRICS}
 
 

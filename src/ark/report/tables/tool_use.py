@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from ark.eval.metrics import score_query
 from ark.eval.trajectories import steps
-from ark.report.intervals import METHOD, Estimate, bootstrap
+from ark.report.intervals import METHOD, Estimate, mean_interval
 from ark.report.runs import RunData, experiment_runs
 from ark.report.tables.cells import ark_setting, where
 from ark.report.tables.table import Table
@@ -74,5 +74,5 @@ def _share(rows: list[dict], test, units: dict[str, str]) -> Estimate | None:
     if not rows:
         return None
     passed = [float(bool(test(x))) for x in rows]
-    e = bootstrap(passed, [units[x["query"]] for x in rows]).scaled(100)
+    e = mean_interval(passed, [units[x["query"]] for x in rows]).scaled(100)
     return replace(e, value=round(100 * sum(passed) / len(rows), 2))  # the share as it was always computed
