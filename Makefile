@@ -42,8 +42,8 @@ repro: install
 	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin if not (l.startswith("Use `dvc push`") and not sys.argv[1])]' "$$($(BIN)/dvc remote list)" \
 	  | tee "logs/repro/$$group.log"
 
-# after `make repro`: every BioKG table cell against results/expected.json, each within its tolerance (exact where
-# the computation is the same on any CPU); prints per table what matched and names what did not
+# after `make repro`: every BioKG table cell this clone regenerated against results/expected.json, each within its
+# tolerance (exact where the computation is the same on any CPU); OK only when every cell was regenerated here and holds
 check: install
 	$(BIN)/python -m ark.report.check
 

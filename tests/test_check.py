@@ -1,5 +1,8 @@
-"""The reproduction check (ark.report.check, `make check`): every table cell against its expected value."""
+"""The reproduction check (ark.report.check, `make check`): every cell this clone regenerated against its expected
+value; no OK for shipped numbers; one error line for a malformed file."""
 import json
+
+import pytest
 
 from ark.report import check
 
@@ -12,28 +15,98 @@ def test_exact_cells_must_match_and_cpu_dependent_ones_stay_within_their_interva
     expected = check.expected_numbers(NUMBERS, {"table1": ["dense"]})
     assert expected["table1"]["BM25"]["synthetic Hit@1"] == [11.16, 0.0]
     assert expected["table1"]["dense"]["synthetic Hit@1"] == [6.53, 1.55]  # half the interval's width
-    counts, outside = check.compare(NUMBERS, expected)
-    assert counts == {"table1": (6, 0, 0), "table6": (1, 0, 0)} and outside == []
+    counts, named = check.compare(NUMBERS, expected)
+    assert counts == {"table1": (6, 0, 0, 0), "table6": (1, 0, 0, 0)} and named == []
     moved = json.loads(json.dumps(NUMBERS))
     moved["table1"]["dense"]["synthetic Hit@1"] = 7.9  # another CPU's float32: inside the interval
     moved["table1"]["BM25"]["synthetic Hit@1"] = 11.17  # a deterministic cell may not move at all
     del moved["table6"]["synthetic"]["test"]
-    counts, outside = check.compare(moved, expected)
-    assert counts == {"table1": (4, 1, 1), "table6": (0, 0, 1)}
-    assert outside == ["table1 / BM25 / synthetic Hit@1: expected 11.16 ± 0.0, got 11.17",
-                       "table6 / synthetic / test: expected 1200, missing"]
+    counts, named = check.compare(moved, expected)
+    assert counts == {"table1": (4, 1, 1, 0), "table6": (0, 0, 1, 0)}
+    assert named == ["outside: table1 / BM25 / synthetic Hit@1: expected 11.16 ± 0.0, got 11.17",
+                     "outside: table6 / synthetic / test: expected 1200, missing"]
 
 
-def test_the_command_passes_on_the_committed_results_and_fails_on_a_perturbed_number(tmp_path, monkeypatch, capsys):
-    numbers = json.loads(check.NUMBERS.read_text())
-    assert check.main([]) == 0, capsys.readouterr().out
-    table, rows = next(iter(numbers.items()))
+def test_cells_without_an_expected_value_are_listed_not_passed():
+    expected = check.expected_numbers({"table1": NUMBERS["table1"]}, {})
+    del expected["table1"]["dense"]["synthetic Hit@1 hi"]
+    counts, named = check.compare(NUMBERS, expected)
+    assert counts == {"table1": (5, 0, 0, 1), "table6": (0, 0, 0, 1)}
+    assert named == ["not in expected.json: table1 / dense / synthetic Hit@1 hi",
+                     "not in expected.json: table6 / synthetic / test"]
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """The committed numbers and expected file, copied where the check reads them."""
+    numbers, expected = tmp_path / "numbers.json", tmp_path / "expected.json"
+    numbers.write_text(check.NUMBERS.read_text())
+    expected.write_text(check.EXPECTED.read_text())
+    monkeypatch.setattr(check, "NUMBERS", numbers)
+    monkeypatch.setattr(check, "EXPECTED", expected)
+    monkeypatch.setattr(check, "ROOT", tmp_path)
+    return numbers, expected
+
+
+def test_shipped_numbers_are_never_called_ok(files, monkeypatch, capsys):
+    """A clone that regenerated nothing, or only the quick start's stage: the committed numbers are not checked."""
+    monkeypatch.setattr(check, "report_up_to_date", lambda root=None: "2 of its inputs differ from dvc.lock")
+    assert check.main([]) == 1
+    out = capsys.readouterr().out
+    assert "NOT CHECKED: 0 of " in out and "OK" not in out.replace("NOT CHECKED", "")
+    assert "not regenerated" in out and "make repro" in out
+
+
+def test_regenerated_numbers_pass_and_a_perturbed_one_fails(files, monkeypatch, capsys):
+    numbers, _ = files
+    monkeypatch.setattr(check, "report_up_to_date", lambda root=None: None)  # as after a full make repro
+    assert check.main([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("OK: all ")
+    data = json.loads(numbers.read_text())
+    table, rows = next(iter(data.items()))
     row, cells = next(iter(rows.items()))
     column = next(iter(cells))
     cells[column] += 1
-    perturbed = tmp_path / "numbers.json"
-    perturbed.write_text(json.dumps(numbers))
-    monkeypatch.setattr(check, "NUMBERS", perturbed)
+    numbers.write_text(json.dumps(data))
     assert check.main([]) == 1
     out = capsys.readouterr().out
-    assert f"outside: {table} / {row} / {column}" in out and "FAIL" in out
+    assert f"outside: {table} / {row} / {column}" in out and "FAIL: 1 of " in out
+
+
+def test_an_expected_file_naming_fewer_tables_is_not_ok(files, monkeypatch, capsys):
+    _, expected = files
+    data = json.loads(expected.read_text())
+    dropped = next(iter(data))
+    del data[dropped]
+    expected.write_text(json.dumps(data))
+    monkeypatch.setattr(check, "report_up_to_date", lambda root=None: None)
+    assert check.main([]) == 1
+    out = capsys.readouterr().out
+    assert f"not in expected.json: {dropped} / " in out and out.splitlines()[-1].startswith("NOT CHECKED: ")
+    expected.write_text("{}")  # names no table at all: nothing passes
+    assert check.main([]) == 1 and capsys.readouterr().out.splitlines()[-1].startswith("NOT CHECKED: ")
+
+
+@pytest.mark.parametrize("which, text, message", [
+    ("expected", '{"table1": {"BM25": {"a": [1.0, 0.0]}', "not valid JSON"),  # truncated
+    ("expected", "[1, 2, 3]", "expected an object of tables, got list"),
+    ("expected", '"a string"', "expected an object of tables, got str"),
+    ("expected", '{"table1": {"BM25": {"a": "1.0"}}}', "expected [value, tolerance]"),
+    ("expected", '{"table1": {"BM25": {"a": [1.0]}}}', "expected [value, tolerance]"),
+    ("expected", '{"table1": {"BM25": {"a": [1.0, Infinity]}}}', "is not a finite number >= 0"),
+    ("expected", '{"table1": {"BM25": {"a": [1.0, -0.5]}}}', "is not a finite number >= 0"),
+    ("expected", '{"table1": {"BM25": {"a": [NaN, 0.0]}}}', "with a finite value"),
+    ("expected", '{"table1": ["BM25"]}', "is not an object of rows"),
+    ("expected", "[" * 100_000 + "]" * 100_000, "nested too deep"),
+    ("numbers", '{"table1": {"BM25": {"a": "11.2"}}}', "is not a finite number"),
+    ("numbers", '{"table1": {"BM25": [1, 2]}}', "is not an object of cells"),
+    ("numbers", b"\xff\xfe\x00garbage", "not UTF-8"),
+])
+def test_a_malformed_file_is_one_error_line_and_exit_2(files, capsys, which, text, message):
+    numbers, expected = files
+    path = expected if which == "expected" else numbers
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert check.main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and message in err, err

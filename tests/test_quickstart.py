@@ -21,6 +21,11 @@ def test_the_readme_quick_start_runs_and_prints_what_the_readme_shows(tmp_path):
     for step in steps:
         result = quickstart.run_step(step, tmp_path, ROOT / ".venv", timeout=600)
         assert result.returncode == 0 and not result.missing, (step.code, result.missing, result.output[-3000:])
+    # after the quick start alone, `make check` checks nothing and says so (its command, as the Makefile runs it)
+    check = quickstart.run_step(quickstart.Step("bash", "python -m ark.report.check", None), tmp_path, ROOT / ".venv",
+                                timeout=600)
+    assert check.returncode == 1 and "NOT CHECKED: 0 of " in check.output and "\nOK" not in check.output, \
+        check.output[-3000:]
 
 
 def test_expected_output_lines_are_matched_in_order_with_ellipses():

@@ -71,6 +71,29 @@ def write_jsonl(path: str | Path, rows) -> int:
     return n
 
 
+MAX_JSON_BYTES = 256 << 20  # a results or config file; larger is not one of ours
+
+
+def read_json(path: str | Path, what: str, max_bytes: int = MAX_JSON_BYTES):
+    """The JSON value in ``path``; a file that is missing, not a regular file, too large, not UTF-8 or not JSON, or
+    nested too deep for Python's parser, is one ``UserError`` naming ``what`` it should be."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{what}: {path} does not exist")
+    if not path.is_file():
+        raise UserError(f"{what}: {path} is not a regular file")
+    if path.stat().st_size > max_bytes:
+        raise UserError(f"{what}: {path} has {path.stat().st_size:,} bytes, over {max_bytes:,}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{what}: {path} is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what}: {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    except RecursionError:
+        raise UserError(f"{what}: {path} is nested too deep to read") from None
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
