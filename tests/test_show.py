@@ -45,7 +45,7 @@ def test_a_query_marks_exactly_its_gold_nodes(published):
             marks[int(m[2])] = m[1]
     assert marks[4] == "✓" and marks[0] == "✓"  # both gold nodes shown: ranked or listed as missed
     ranking = text.split("── fused ranking")[1]
-    assert re.search(r"^   1 ✓ \[4\]\s+effect/phenotype\s+Ectopia lentis$", ranking, re.M)
+    assert re.search(r"^   1 ✓ \[4\]\s+effect/phenotype\s+Ectopia lentis \(N:4\)$", ranking, re.M)  # its source id
     for line in text.splitlines():
         if line.startswith("answer"):
             assert {int(v) for v in re.findall(r"\[(\d+)\]✓", line)} <= GOLD["q2"]
@@ -122,8 +122,12 @@ def test_node_names_reach_the_terminal_escaped():
         def type_name(self, v):
             return "disease"
 
+        def source_id(self, v):
+            return "OMIM:1\x1b[2J" if v == 0 else "ORPHA:2"
+
     lines = ranking_text(QueryRecord(id="q", query="x", ranking=[0, 1]), {"retriever": {"name": "bm25"}}, {0}, Graph())
     text = "\n".join(lines)
     assert "\x1b" not in text and "\u202e" not in text
+    assert "(ORPHA:2)" in text  # each node's source id beside its name: same-named twins differ on screen
     assert not any(line.lstrip().startswith("SYSTEM") for line in lines) and "\\u001b[2J\\nSYSTEM" in text
     assert printable("line one\nline two\x07") == "line one\nline two\\u0007"  # whole texts keep their lines

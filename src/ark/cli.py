@@ -93,7 +93,8 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout)
     trace.finish()
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
-        print(f"{rank:>3}. [{v}] {printable(g.type_name(v), False)} | {printable(g.name[v], False)}", file=out)
+        print(f"{rank:>3}. [{v}] {printable(g.type_name(v), False)} | {printable(g.name[v], False)} | "
+              f"{printable(g.source_id(v), False)}", file=out)
     if not record.ranking:
         print("  (empty)", file=out)
     return record

@@ -102,6 +102,11 @@ class Graph:
     def type_name(self, v: int) -> str:
         return self.node_type_names[int(self.node_type[v])]
 
+    def source_id(self, v: int) -> str:
+        """The node's id in its source (``OMIM:100800``, ``ORPHA:15``, ``NCBIGene:2200``, ``HP:0001166``): what tells
+        same-named nodes apart (BioKG's OMIM diseases and their Orphanet twins)."""
+        return str(self.key[v])
+
     def node_fields(self, v: int) -> dict:
         return json.loads(self.fields[v]) if self.fields[v] else {}
 

@@ -85,7 +85,8 @@ def page_data(run_name: str, config: dict, records: list[QueryRecord], scores: d
                         "ranked": len(r.ranking), "agents": agents})
     names = {}
     if graph is not None:
-        names = {str(v): [graph.type_name(v), graph.name[v]] for v in sorted(nodes) if 0 <= v < graph.num_nodes}
+        names = {str(v): [graph.type_name(v), graph.name[v], graph.source_id(v)] for v in sorted(nodes)
+                 if 0 <= v < graph.num_nodes}
     summary = {k: config[k] for k in ("stage", "split") if k in config}
     for group in ("dataset", "queries", "backbone", "ablation", "retriever", "prompt"):
         if isinstance(config.get(group), dict):
@@ -172,7 +173,7 @@ function el(tag, attrs, ...kids) {
 }
 function nodeLabel(v) {
   const n = D.names[String(v)];
-  return n ? `[${v}] ${n[0]} | ${n[1]}` : `[${v}]`;
+  return n ? `[${v}] ${n[0]} | ${n[1]}` + (n[2] ? ` (${n[2]})` : "") : `[${v}]`;
 }
 function fmt(x) { return typeof x === "number" ? (Number.isInteger(x) ? String(x) : x.toFixed(3)) : String(x); }
 document.getElementById("title").textContent = "ARK run " + D.run;

@@ -230,10 +230,15 @@ def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph) -> li
     type_width = max([len(type_name(v)) for v in top + missed] + [1])
     id_width = max([len(str(v)) for v in top + missed] + [1])
 
+    def named(v: int) -> str:  # name and source id: same-named nodes (an OMIM disease, its Orphanet twin) differ
+        if graph is None:
+            return ""
+        return f"{printable(graph.name[v], newlines=False)} ({printable(graph.source_id(v), newlines=False)})"
+
     def node(rank: str, v: int, score: str = "", note: str = "") -> str:
         mark = GOLD if v in gold else " "
         return cut(f"{rank} {mark} {f'[{v}]':<{id_width + 2}}  {type_name(v):<{type_width}}  {score}"
-                   f"{'  ' * bool(score)}{printable(graph.name[v], newlines=False) if graph is not None else ''}"
+                   f"{'  ' * bool(score)}{named(v)}"
                    + (f"   {note}" if note else ""))
 
     lines += [node(rank, v, score) for rank, v, score in rows] or ["     (empty)"]
