@@ -15,6 +15,7 @@ from ark.report.tables.cells import ark_setting, estimate, scored_on  # noqa: E4
 from ark.report.tables.table5 import distillation_rows, train_samples  # noqa: E402
 from ark.report.tables.tool_use import trajectory_rows  # noqa: E402
 
+BLUE, VERMILLION = "#0072B2", "#D55E00"  # Okabe and Ito's colour-blind-safe pair
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
             "latency": ("latency", "latency per query (ms)")}
 
@@ -52,7 +53,7 @@ def figure2(runs, graphs: dict[str, str], ark, out: Path) -> list[Path]:
     for name, (metric, label) in HEATMAPS.items():
         if not sweeps:
             break
-        fig, axes = plt.subplots(1, len(sweeps), figsize=(4.2 * len(sweeps), 3.6), squeeze=False)
+        fig, axes = plt.subplots(1, len(sweeps), figsize=(5.2 * len(sweeps), 4.4), squeeze=False)
         for ax, (q, (Ts, agents, cells)) in zip(axes[0], sweeps.items()):
             grid = np.array([[cell_value(cells[(T, n)], metric) for n in agents] for T in Ts])
             im = ax.imshow(grid, cmap="viridis", origin="lower", aspect="auto")
@@ -65,7 +66,7 @@ def figure2(runs, graphs: dict[str, str], ark, out: Path) -> list[Path]:
                 for j, n in enumerate(agents):
                     e = estimate(cells[(T, n)], metric) if metric != "latency" else None
                     shown = f"{grid[i, j]:.1f}" + ("" if e is None else f"\n[{e.lo:.0f}, {e.hi:.0f}]")
-                    ax.text(j, i, shown, ha="center", va="center", fontsize=7 if e is None else 6,
+                    ax.text(j, i, shown, ha="center", va="center", fontsize=9 if e is None else 8,
                             color="white" if grid[i, j] < grid.mean() else "black")
             fig.colorbar(im, ax=ax, shrink=0.8)
         fig.suptitle(f"Figure 2: {label} over the budget, {ark['backbone']}"
@@ -150,12 +151,12 @@ def figure4(runs, distill_dir: Path, graphs: dict[str, str], out: Path) -> list[
         ax.errorbar(xs, ys, yerr=[[e.value - e.lo for e in es], [e.hi - e.value for e in es]], fmt="o-", capsize=3,
                     label="student (LoRA on SmolLM2), 95 % interval")
         for e in teacher:
-            ax.axhline(e.value, color="tab:green", ls="--", label="teacher (rules), its interval shaded")
-            ax.axhspan(e.lo, e.hi, color="tab:green", alpha=0.12)
+            ax.axhline(e.value, color=BLUE, ls="--", label="teacher (rules), its interval shaded")
+            ax.axhspan(e.lo, e.hi, color=BLUE, alpha=0.12)
         if base is not None:  # the base model: the student of 0 trajectories
-            ax.axhline(base.value, color="tab:red", ls=":")
+            ax.axhline(base.value, color=VERMILLION, ls=":")
             ax.errorbar([0], [base.value], yerr=[[base.value - base.lo], [base.hi - base.value]], fmt="X",
-                        color="tab:red", ms=9, capsize=3, clip_on=False, label="base SmolLM2")
+                        color=VERMILLION, ms=9, capsize=3, clip_on=False, label="base SmolLM2")
         ax.set_xlabel("teacher trajectories")
         ax.set_ylabel(f"Hit@1 (x100), first {n} test queries")
         ax.set_title(f"{q} on {graph}, n={n}", fontsize=9)
@@ -182,14 +183,15 @@ def figure5(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> lis
         bins = np.arange(-0.5, top + 1.5)
         good = [x["neighborhood_calls"] for x in rows if x["hit@5"] == 1.0]
         bad = [x["neighborhood_calls"] for x in rows if x["hit@5"] != 1.0]
-        ax.hist([good, bad], bins=bins, color=["tab:green", "tab:red"],
+        ax.hist([good, bad], bins=bins, color=[BLUE, VERMILLION],  # told apart without red-green vision
                 label=[f"successful (Hit@5): {len(good)}", f"failed: {len(bad)}"])
         ax.set_xticks(range(0, top + 1, max(1, -(-top // 12))))  # at most ~13 labels: wider counts would overlap
         ax.set_xlabel("neighborhood calls per trajectory")
         ax.set_ylabel("trajectories")
-        ax.set_title(f"{q} on {graphs[q]}, {len(run.records)} queries", fontsize=9)
+        ax.set_title(f"{q} on {graphs[q]}: {len(rows)} trajectories of {len(run.records)} queries", fontsize=9)
         ax.legend(fontsize=8)
-    fig.suptitle(f"Figure 5: neighborhood calls per trajectory, {ark_setting(ark_experiment)['backbone']} on BioKG")
+    fig.suptitle(f"Figure 5: neighborhood calls per trajectory,\n{ark_setting(ark_experiment)['backbone']} on BioKG",
+                 fontsize=10)
     return [_save(fig, out / "figure5_neighborhood_calls.png")]
 
 
