@@ -9,7 +9,7 @@ import yaml
 from ark.report.figures import budget_grid
 from ark.report.paper import stark_tables
 from ark.report.runs import RunData, load_runs
-from ark.report.tables.table5 import table5
+from ark.report.tables.table5 import table5, table5_paired
 from tests.test_page import chromium  # noqa: F401  (a fixture)
 from tests.conftest import compose_cfg
 
@@ -71,19 +71,26 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     # one comparison per run length: the first 20 queries (every run, those of 50 on their first 20), then 50
     assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "a", "b", "d"]
     assert [row[1] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]
-    assert t.rows[1][2] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
-    assert t.rows[2][2] == "SmolLM2-135M base, grammar-constrained"
-    student = t.rows[3][3:]  # the student on its first 20: scores (with intervals) and records
+    assert [row[2] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]  # publications: a synthetic query is its own
+    assert t.rows[1][3] == "teacher: rules policy, temperature 0.7, answers of up to 5 nodes"
+    assert t.rows[2][3] == "SmolLM2-135M base, grammar-constrained"
+    student = t.rows[3][4:]  # the student on its first 20: scores (with intervals) and records
     # every query scores the same: the interval is still no point (ark.report.intervals)
     assert all(e.value == 30.0 and e.lo < 30.0 < e.hi for e in student[:4]) and student[4:] == [2.0, 75]
     student = t.rows[-1]
-    assert "96 trajectories" in student[2] and "free decoding" in student[2]
+    assert "96 trajectories" in student[3] and "free decoding" in student[3]
     assert student[-1] == 75  # % of the teacher's Hit@1 on the same 50 queries
     shown = t.markdown()  # in blocks of at most 200 columns, each naming its rows
-    student_lines = [line for line in shown.splitlines() if line.startswith("| synthetic | 50 | student: LoRA")]
+    student_lines = [line for line in shown.splitlines() if line.startswith("| synthetic | 50 | 50 | student: LoRA")]
     assert len(student_lines) == 2 and " ".join(student_lines).count(" 30.00 [") == 4 \
         and "[30.0, 30.0]" not in " ".join(student_lines)
     assert "| 2.00 |" in " ".join(student_lines) and student_lines[-1].endswith("| 75 |") and max(len(line) for line in shown.splitlines()) <= 200
+    # the paired differences: each on the queries both runs have (the base model ran 20)
+    paired = table5_paired(load_runs([runs]), {"synthetic": "biokg"})
+    assert [(row[1], row[4], row[5]) for row in paired.rows] == [
+        ("student: LoRA on SmolLM2 - SmolLM2-135M base", 20, 20), ("teacher: rules policy - student: LoRA on SmolLM2", 50, 50),
+        ("student: LoRA on SmolLM2 - BM25", 50, 50)]
+    assert [round(row[2].value, 2) for row in paired.rows] == [30.0, 10.0, 20.0]
 
 
 def fake_run(config: dict, **metrics) -> RunData:

@@ -268,6 +268,36 @@ def test_a_fraction_split_is_a_seeded_subset_and_a_shipped_file_wins(tmp_path):
         load_queries(tmp_path, "dev")
 
 
+def test_a_spread_split_gives_every_publication_one_case_before_any_a_second(tmp_path):
+    from ark.data.queries import load_queries
+    from ark.io import write_jsonl
+
+    # 30 publications with 1..5 cases each, the big ones first in the file (as case collections often are)
+    rows = [{"id": f"p{p}c{c}", "query": "text", "answer_ids": [0], "meta": {"pmid": f"PMID:{p}"}}
+            for p in range(30) for c in range(1 + p % 5)]
+    rows.sort(key=lambda r: -(int(r["meta"]["pmid"][5:]) % 5))
+    write_jsonl(tmp_path / "test.jsonl", rows)
+    order = load_queries(tmp_path, "test-spread")
+    assert sorted(r["id"] for r in order) == sorted(r["id"] for r in rows)  # every case, once
+    pmids = [r["meta"]["pmid"] for r in order]
+    assert len(set(pmids[:30])) == 30  # the first 30 cases: 30 publications
+    assert len(set(pmids[30:54])) == 24  # then a second case of each of the 24 publications that have one
+    write_jsonl(tmp_path / "test.jsonl", rows[::-1])  # not the file's order
+    assert load_queries(tmp_path, "test-spread") == order
+    assert load_queries(tmp_path, "test-spread", seed=1) != order  # seeded
+    write_jsonl(tmp_path / "train.jsonl", rows[:2])
+    write_jsonl(tmp_path / "val.jsonl", rows[2:3])
+    assert [r["id"] for r in load_queries(tmp_path, "all")] == [r["id"] for r in rows[:3] + rows[::-1]]
+
+
+def test_a_spread_split_keeps_its_seed_in_the_identity_and_all_hashes_every_split(tmp_path):
+    from ark.data.queries import parse_split
+
+    assert parse_split("test-spread") == ("test", "spread") and parse_split("all") == ("all", None)
+    assert run_name(["split=test-spread", "subset_seed=1"]) != run_name(["split=test-spread"])
+    assert run_name(["split=all", "subset_seed=1"]) == run_name(["split=all"])  # every case: no seed
+
+
 def test_a_leave_publication_out_graph_refuses_queries_from_another_source(tmp_path):
     from ark import build
     from ark.data.phenopackets import source_identity

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ark.data.queries import publication_of
+
 REPLICATES = 2000
 SEED = 0
 LEVEL = 0.95
@@ -114,5 +116,6 @@ def paired(a, b, units, seed: int = SEED, replicates: int = REPLICATES, level: f
 
 
 def units_of(queries: list[dict]) -> dict[str, str]:
-    """{query id: its resampling unit}: a case report's publication (``meta.pmid``), else the query itself."""
-    return {q["id"]: str((q.get("meta") or {}).get("pmid") or q["id"]) for q in queries}
+    """{query id: its resampling unit}: a case report's publication, else the query itself
+    (``ark.data.queries.publication_of``)."""
+    return {q["id"]: publication_of(q) for q in queries}

@@ -37,13 +37,15 @@ def config_groups(stage: str) -> tuple[str, ...]:
 
 def data_inputs(spec: RunSpec, stage: str) -> dict[str, Path]:
     """The data a ``stage`` run of ``spec`` reads, by role: its query split's file (a subset split without a file
-    of its own, ``test-0.1``, reads its base split's), the graph, and the index (the HPO baseline: the case file
+    of its own, ``test-0.1``, reads its base split's; ``all`` the query set's directory), the graph, and the index (the HPO baseline: the case file
     instead)."""
-    from ark.data.queries import parse_split
+    from ark.data.queries import ALL, parse_split
 
     queries = Path(spec.dataset["queries_dir"]) / f"{spec.split}.jsonl"
     if not queries.exists():
         queries = queries.with_name(f"{parse_split(spec.split)[0]}.jsonl")
+    if not queries.exists() and spec.split == ALL:  # every split's file: the query set's directory
+        queries = queries.parent
     inputs = {"queries": queries, "graph": Path(spec.dataset["graph_dir"])}
     if stage == "hpo_baseline":
         inputs["cases"] = Path(spec.queries["source"])

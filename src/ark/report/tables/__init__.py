@@ -13,11 +13,11 @@ from pathlib import Path
 from ark.report.tables.cells import scored_on
 from ark.report.tables.data_tables import table6, table7, table_lpo
 from ark.report.tables.table import Table
-from ark.report.tables.table1 import table1, table1_paired
+from ark.report.tables.table1 import table1, table1_every_case, table1_paired
 from ark.report.tables.table2 import table2
 from ark.report.tables.table3 import table3
 from ark.report.tables.table4 import table4
-from ark.report.tables.table5 import table5
+from ark.report.tables.table5 import table5, table5_paired
 from ark.report.tables.table8 import table8
 from ark.report.tables.tool_use import table9, table10
 
@@ -27,8 +27,12 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     split = cfg_report["ablation_split"]
     graph_of = dict(cfg_report["graph_of"])
     on = scored_on(graph_of, qs)
+    every_case, all_graph = [q for q in qs if q in graph_of], cfg_report["every_case"]["graph"]
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
+            table1_every_case(runs, every_case, all_graph),
+            table1_paired(runs, every_case, cfg_report["every_case"]["ark"], {q: all_graph for q in every_case},
+                          "table1_all"),
             table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
-            table5(runs, distill_dir, on), table6(queries_root, qs, split), table7(graphs),
+            table5(runs, distill_dir, on), table5_paired(runs, on), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, on, ark), table9(runs, on, ark), table10(runs, on, ark)]

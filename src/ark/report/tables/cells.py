@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ark.io import read_jsonl
-from ark.report.intervals import METHOD, Estimate, average_interval, mean_interval
+from ark.report.intervals import METHOD, Estimate, average_interval, mean_interval, paired
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
 from ark.report.tables.table import Table, pct
 
@@ -51,6 +51,18 @@ def estimate(run: RunData, metric: str, ids=None) -> Estimate | None:
     e = mean_interval(values, units).scaled(100)
     published = run.metrics.get(metric) if ids is None else None
     return e if published is None else replace(e, value=pct(published))
+
+
+def paired_difference(a: RunData, b: RunData, metric: str) -> tuple[Estimate | None, int]:
+    """``a``'s mean ``metric`` minus ``b``'s (x100) on the complete queries both scored, with its paired interval
+    (the same publications drawn for both), and how many queries that is."""
+    common = [i for i in sorted(set(a.scores) & set(b.scores))
+              if a.scores[i].get("complete", True) and b.scores[i].get("complete", True)]
+    if not common:
+        return None, 0
+    units = a.units()
+    return paired([a.scores[i][metric] for i in common], [b.scores[i][metric] for i in common],
+                  [units[i] for i in common]).scaled(100), len(common)
 
 
 def metric_cells(found: dict[str, RunData], query_sets: list[str], metrics, average: bool = False) -> list:

@@ -9,7 +9,7 @@ import numpy as np
 from ark.eval.trajectories import run_statistics
 from ark.report.intervals import METHOD
 from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
-from ark.report.tables.cells import estimate, where
+from ark.report.tables.cells import estimate, paired_difference, where
 from ark.report.tables.table import LABEL, METRICS, Table, pct
 
 
@@ -60,8 +60,10 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]
             block = {}
             for order, label, run, teacher, ids in sorted(of_set, key=lambda x: (x[0], x[1], len(x[4]))):
                 if label not in block and len(ids) >= n and set(first) <= set(ids):
+                    units = run.units()
                     block[label] = {"order": order, "method": label, "queries": q, "n_queries": n, "run_data": run,
-                                    "teacher": teacher, "ids": first, **metrics_on(run, first)}
+                                    "teacher": teacher, "ids": first,
+                                    "publications": len({units[i] for i in first}), **metrics_on(run, first)}
             teacher = next((r["hit@1"] for r in block.values() if r["teacher"]), None)
             teacher_order = next((r["order"] for r in block.values() if r["teacher"]), None)
             for r in block.values():
@@ -77,19 +79,57 @@ def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
     graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
     t = Table("table5", f"Table 5: backbones and the distilled student on BioKG ({graphs}), first test queries, "
                         f"1 agent, T_max {t_max} (x100)",
-              ["query set", "n", "method", *[LABEL[m] for m in METRICS], "invalid calls %", "of teacher's Hit@1 %"],
+              ["query set", "n", "publications", "method", *[LABEL[m] for m in METRICS], "invalid calls %",
+               "of teacher's Hit@1 %"],
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
                    "SmolLM2-135M trained on its trajectories (distill stage), collected on the graph each query set "
-                   "is scored on. Each block of rows is one comparison: every run that covers the first n test "
-                   "queries, scored on exactly those n (a longer run appears in a block with its first n).", keys=3)
+                   "is scored on. The test queries are one seeded sample per query set, spread across publications "
+                   "(split test-spread: one case of each publication before a second of any), the same for every "
+                   "row; a row runs its first n. Each block of rows is one comparison: every run that covers the "
+                   "first n, scored on exactly those n (a longer run appears in a block with its first n); "
+                   "publications: how many distinct publications (case reports) or queries those n are.", keys=4)
     found = distillation_rows(runs, distill_dir, on)
     t.note += f" {where([('', {r['queries']: r['run_data']}) for r in found])} Intervals: {METHOD}."
     for r in found:
         share = r.get("teacher_hit1_share")
         run = r["run_data"]
         ids = None if set(r["ids"]) == set(run.scores) else set(r["ids"])  # all its queries: its published means
-        t.add([r["queries"], r["n_queries"], r["method"], *[estimate(run, m, ids) for m in METRICS],
+        t.add([r["queries"], r["n_queries"], r["publications"], r["method"], *[estimate(run, m, ids) for m in METRICS],
                pct(r["invalid_call_rate"]),
                None if share is None else round(100 * share)], [r["run_data"]],
               label=f"{r['queries']} / n={r['n_queries']} / {r['method']}")
+    return t
+
+
+# Table 5's paired comparisons (row files of conf/experiment/table5/): the first minus the second on the queries both ran
+COMPARISONS = (("table5/student", "table5/base"), ("table5/teacher", "table5/student"),
+               ("table5/student", "table5/bm25"))
+
+
+def table5_paired(runs, on: dict[str, str]) -> Table:
+    """Student minus base, teacher minus student and student minus BM25 per query set, each on the queries both
+    ran (a paired bootstrap of the difference, publications resampled)."""
+    metrics = ("hit@1", "mrr")
+    t = Table("table5_paired", "Table 5, paired: the distilled student against its base model, its teacher and BM25 "
+                               "on the same queries (difference x100, 95 % interval, p)",
+              ["query set", "comparison", *(f"{LABEL[m]} diff" for m in metrics), "n", "publications"],
+              note="Each difference is the first method's mean minus the second's on the queries both ran (the "
+                   f"first n of the same publication-spread sample); {METHOD}, the same draws for both methods; p: "
+                   "two-sided bootstrap p. A difference whose interval covers 0 is not established.", keys=2)
+    found = {e: experiment_runs(runs, e, list(on), on) for pair in COMPARISONS for e in pair}
+    labels = {e: row_settings(e).get("label", e).replace("{trajectories}", "").split(",")[0] for e in found}
+    used = []
+    for q in on:
+        for first, second in COMPARISONS:
+            a, b = found[first].get(q), found[second].get(q)
+            if a is None or b is None:
+                continue
+            cells = [paired_difference(a, b, m) for m in metrics]
+            n = cells[0][1]
+            units = a.units()
+            common = set(a.scores) & set(b.scores)
+            t.add([q, f"{labels[first]} - {labels[second]}", *[e for e, _ in cells], n or None,
+                   len({units[i] for i in common}) or None], [a, b], label=f"{q} / {labels[first]} - {labels[second]}")
+            used += [(q, a), (q, b)]
+    t.note = f"{where([('', {q: r}) for q, r in used])} {t.note}"
     return t
