@@ -22,15 +22,18 @@ from pathlib import Path
 
 import ark  # noqa: F401  (offline environment defaults)
 from ark.agent.policies import LLMPolicy
-from ark.agent.runner import AgentConfig, run_queries
+from ark.agent.runner import run_queries
 from ark.graph import Graph
 from ark.index import BM25Retriever
 from ark.llm.client import Backbone, LLMClient, RetryPolicy
 from ark.llm.fake import ScriptedEndpoint, search_explore_answer
 from ark.llm.server import ChatServer
+from ark.settings import AgentSettings
 from ark.tools.toolbox import Toolbox
 
 ROOT = Path(__file__).resolve().parents[1]
+# one agent of 10 steps, the tools' default sizes (conf/agent/default.yaml)
+AGENT = AgentSettings(T_max=10, n_agents=1, aggregation="voting", global_k=5, global_k_max=30, neighbor_k=20)
 
 
 def serve(latency: float, port_queue) -> None:
@@ -45,7 +48,7 @@ def serve(latency: float, port_queue) -> None:
 
 def run(policy, toolbox, queries, concurrency) -> float:
     start = time.perf_counter()
-    asyncio.run(run_queries(policy, toolbox, queries, AgentConfig(n_agents=1, T_max=10), concurrency))
+    asyncio.run(run_queries(policy, toolbox, queries, AGENT, concurrency))
     return time.perf_counter() - start
 
 

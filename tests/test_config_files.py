@@ -82,7 +82,7 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
     import shutil
 
     import ark.config
-    from ark.report.runs import experiment_config, row_settings, table_rows
+    from ark.report.runs import experiment_spec, row_settings, table_rows
     from ark.runs.identity import identity
 
     docs = (Path(CONF).parent / "docs" / "agent.md").read_text(encoding="utf-8")
@@ -92,12 +92,12 @@ def test_a_new_table_row_is_one_yaml_file(tmp_path, monkeypatch):
     shutil.copytree(CONF, conf)
     (conf / "experiment" / f"{name}.yaml").write_text(text + "\n", encoding="utf-8")
     monkeypatch.setattr(ark.config, "CONF", conf)
-    cached = (experiment_config, row_settings, table_rows)  # each remembers what it read of conf/
+    cached = (experiment_spec, row_settings, table_rows)  # each remembers what it read of conf/
     for f in cached:
         f.cache_clear()
     try:
         assert table_rows("table2")[-1] == name and row_settings(name)["label"] == "neighborhood without q and F"
-        ident = identity(build.spec(experiment_config(name, "biokg", "synthetic", ())), "evaluate")
+        ident = identity(experiment_spec(name, "biokg", "synthetic", ()), "evaluate")
         assert ident["ablation"] == {"name": "no_q_no_f", "neighbors": True, "query_param": False,
                                      "type_filters": False}
         assert ident["split"] == "test-0.1" and ident["backbone"]["name"] == "rules_sampled"

@@ -33,7 +33,7 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
 def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatch):
     """Table 5's rows are the runs whose stored settings are what conf/experiment/table5/*.yaml compose to (the
     student's adapter by its content), BM25's the baseline run its row file composes to."""
-    from ark.report.runs import experiment_config
+    from ark.report.runs import experiment_spec
     from ark.build import spec
     from ark.runs.identity import identity
 
@@ -49,7 +49,7 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
                                                 for i in range(50)))
 
     def row(experiment: str, stage: str = "evaluate", **change) -> dict:
-        config = identity(spec(experiment_config(experiment, "biokg", "synthetic", ())), stage)
+        config = identity(experiment_spec(experiment, "biokg", "synthetic", ()), stage)
         for key, value in change.items():
             config["agent" if key in ("T_max", "n_agents") else key][key] = value
         return config
@@ -62,7 +62,7 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     write_run(runs, "d", row("table5/student"), 0.3, 0.02)
     write_run(runs, "e", row("table5/student", T_max=20), 0.5)  # other settings: not a row of this table
     write_run(runs, "f", row("table1/ark"), 0.5)  # another table's row
-    on_lpo = identity(spec(experiment_config("table5/teacher", "biokg_lpo", "synthetic", ())), "evaluate")
+    on_lpo = identity(experiment_spec("table5/teacher", "biokg_lpo", "synthetic", ()), "evaluate")
     write_run(runs, "f2", on_lpo, 0.9)  # the teacher on another graph than the table scores synthetic on
     (adapter / "adapter_model.safetensors").write_bytes(b"retrained")
     write_run(runs, "g", row("table5/student"), 0.9)  # the retrained adapter's run...
@@ -100,11 +100,11 @@ def fake_run(config: dict, **metrics) -> RunData:
 def test_stark_tables_put_ours_beside_the_papers_numbers():
     """A paper row's cells are the runs of our row file that names it (conf/experiment/stark/<table>/), by identity."""
     from ark.build import spec
-    from ark.report.runs import experiment_config
+    from ark.report.runs import experiment_spec
     from ark.runs.identity import identity
 
     def stark_identity(experiment: str, dataset: str, stage: str = "evaluate") -> dict:
-        return identity(spec(experiment_config(experiment, dataset, "stark", ())), stage)
+        return identity(experiment_spec(experiment, dataset, "stark", ()), stage)
 
     paper = [{"table": "Table 1", "caption": "main", "row": "BM25", "column": c, "value": v, "version": "v2",
               "source": "arXiv x v2"}

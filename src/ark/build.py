@@ -9,6 +9,7 @@ Adding a backbone: a ``conf/backbone/<name>.yaml`` whose ``_target_`` is one of 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,23 +20,109 @@ from ark.config import make, resolved
 from ark.errors import UserError
 from ark.io import blocking_file
 from ark.llm.settings import RetryPolicy
-from ark.settings import AgentSettings, EvalSettings, Limits, check_int, check_number, from_mapping, is_int
+from ark.settings import (
+    AgentSettings,
+    EvalSettings,
+    Limits,
+    check_bool,
+    check_int,
+    check_number,
+    from_mapping,
+    is_int,
+)
 
 if TYPE_CHECKING:
-    from ark.agent.runner import AgentConfig
+    from ark.data import Dataset, QuerySet
+    from ark.index import Retriever
 
 RUN_STAGES = ("baseline", "hpo_baseline", "evaluate", "collect")  # the stages whose runs have an identity
 AGENT_RUNS = ("evaluate", "collect")
 
 
-def identity_of(stages: tuple[str, ...], key: str | None = None, drop: tuple[str, ...] = (), keep_none: bool = False,
-                group: bool = True):
-    """A ``RunSpec`` field that is part of the run identity of ``stages`` (``ark.runs.identity``): the config's
-    resolved value at ``key`` (default: the field's name), without the ``drop`` keys (where this checkout keeps
-    things, how a server is reached); left out when null unless ``keep_none``. ``group``: a config group (a params
-    file in dvc.yaml), not a single value."""
-    return field(metadata={"identity": stages, "key": key, "drop": frozenset(drop), "keep_none": keep_none,
-                           "group": group})
+def identity_of(stages: tuple[str, ...], key: str | None = None, keep_none: bool = False, group: bool = True):
+    """A ``RunSpec`` field that is part of the run identity of ``stages`` (``ark.runs.identity``): its value, a typed
+    settings object as plain data (``ark.runs.identity.plain``: its fields, less those its class marks
+    ``{"identity": False}``), stored under ``key`` (default: the field's name); left out when null unless
+    ``keep_none``. ``group``: a config group (a params file in dvc.yaml), not a single value."""
+    return field(metadata={"identity": stages, "key": key, "keep_none": keep_none, "group": group})
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    """Teacher trajectories (``collect``): which split, its first ``budget`` queries, ``trajectories`` agents per
+    query, the teacher's sampling temperature (null: the backbone's own)."""
+
+    split: str
+    budget: int | None
+    trajectories: int
+    temperature: float | None = None
+
+    def __post_init__(self):
+        check_int("collect.trajectories", self.trajectories)
+        check_int("collect.budget", self.budget, least=0, none=True)
+        check_number("collect.temperature", self.temperature, none=True)
+
+
+@dataclass(frozen=True)
+class AblationSettings:
+    """Which parts of ARK's tools a run keeps (``ablation``; Table 2)."""
+
+    name: str
+    neighbors: bool
+    query_param: bool
+    type_filters: bool
+
+    def __post_init__(self):
+        for name in ("neighbors", "query_param", "type_filters"):
+            check_bool(f"ablation.{name}", getattr(self, name))
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """The agents' system prompt (``prompt``: its name in ``ark.agent.prompt``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """The embedded model's loopback server against a misbehaving client (``llm.server``, ``ark.llm.server``)."""
+
+    max_body_bytes: int = 8 * 2**20
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: int = 512
+    max_pending_bytes: int = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """How model calls are made on this machine (``llm``): the response cache, retries, the embedded server's
+    limits. None of it is part of a run's identity."""
+
+    cache: str | None = None
+    cache_base: str | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    server: ServerLimits = field(default_factory=ServerLimits)
+
+
+@dataclass(frozen=True)
+class PathSettings:
+    """Where this checkout keeps things (``paths``)."""
+
+    root: str = "."
+    data: str = "data"
+    results: str = "results"
+    logs: str = "logs"
+    models: str | None = None
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """Where run directories go (``run.root``) and where a run's summary files are published (``run.publish``)."""
+
+    root: str
+    publish: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,35 +130,32 @@ class RunSpec:
     """Everything a run reads from the config, checked (``spec(cfg)``). The fields made with ``identity_of`` are
     its identity; the rest say how this machine carries it out and cannot change a result."""
 
-    dataset: dict = identity_of(RUN_STAGES, drop=("raw_dir", "graph_dir", "index_dir", "queries_dir", "root",
-                                                       "files"))  # files: where a tables graph was copied from
-    queries: dict = identity_of(RUN_STAGES, drop=("qa_dir",))
-    retriever: dict = identity_of(("baseline", "evaluate", "collect"))
+    dataset: Dataset = identity_of(RUN_STAGES)  # an ark.data.Dataset: where its files are is not identity
+    queries: QuerySet = identity_of(RUN_STAGES)
+    retriever: Retriever = identity_of(("baseline", "evaluate", "collect"))
     split: str = identity_of(RUN_STAGES, group=False)
-    subset_seed: int = identity_of(RUN_STAGES, group=False)  # only where the split is a seeded fraction
+    subset_seed: int = identity_of(RUN_STAGES, group=False)  # only where the split is seeded (a fraction, spread)
     # collect's query limit is its budget (collect.budget, ark.stages.collect)
     eval: EvalSettings = identity_of(("baseline", "hpo_baseline", "evaluate"), key="eval.limit", keep_none=True,
                                      group=False)
     baseline_depth: int = identity_of(("baseline", "hpo_baseline"), key="baseline.depth", group=False)
-    collect: dict = identity_of(("collect",))
+    collect: CollectSettings = identity_of(("collect",))
     # a class of ark.agent.backbones; None in the spec of a stage that runs no agent
-    backbone: object = identity_of(AGENT_RUNS, drop=("api_base", "api_key_env"))
-    prompt: str = identity_of(AGENT_RUNS)
+    backbone: object = identity_of(AGENT_RUNS)
+    prompt: PromptSettings = identity_of(AGENT_RUNS)
     agent: AgentSettings = identity_of(AGENT_RUNS)
-    ablation: dict = identity_of(AGENT_RUNS)
+    ablation: AblationSettings = identity_of(AGENT_RUNS)
     seed: int = identity_of(AGENT_RUNS, keep_none=True, group=False)
     limits: Limits = None
-    retry: RetryPolicy = None
     metrics: tuple = ()
-    llm: dict = field(default_factory=dict)  # response cache and the embedded server's limits
-    paths: dict = field(default_factory=dict)
-    run: dict = field(default_factory=dict)  # where run directories go (root) and are published (publish)
+    llm: LlmSettings = field(default_factory=LlmSettings)
+    paths: PathSettings = field(default_factory=PathSettings)
+    run: RunDirs = None
     cpu_threads: int | None = None
-    config: dict = field(default_factory=dict, repr=False)  # the resolved config: the identity's values
 
     @property
     def index_dir(self) -> str:
-        return self.dataset["index_dir"]
+        return self.dataset.index_dir
 
 
 _ABSENT = object()
@@ -80,8 +164,8 @@ REQUIRED = ("collect.trajectories", "collect.budget", "baseline.depth", "seed", 
 
 def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
     """The run spec of the composed config ``cfg`` for a ``stage`` run, every value checked before any work (one clear
-    error, nothing written): the typed settings, the backbone where the stage runs agents (its class checks its own
-    fields; a baseline's spec has none) and the keys below."""
+    error, nothing written): each group's typed settings (its class checks its own fields), the backbone where the
+    stage runs agents (a baseline's spec has none) and the keys below."""
     from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
@@ -91,21 +175,19 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
         raise UserError(f"{', '.join(missing)}: missing from the config (removed by an override?); every run needs "
                         "a value")
     config = resolved(cfg)
-    config.pop("hydra", None)
-    collect, baseline = config["collect"], config["baseline"]
-    for name, value in (("collect.trajectories", collect["trajectories"]), ("baseline.depth", baseline["depth"])):
-        check_int(name, value)  # first: collect sets agent.n_agents and eval.limit from these two
-    check_int("collect.budget", collect["budget"], least=0, none=True)
-    group = {g: config.get(g) or {} for g in ("agent", "eval", "limits")}
+    collect = from_mapping(CollectSettings, "collect", config["collect"])  # first: collect sets agent and eval
+    check_int("baseline.depth", config["baseline"]["depth"])
+    group = {g: config.get(g) or {} for g in ("agent", "eval", "limits", "llm")}
     agent = from_mapping(AgentSettings, "agent", group["agent"])
     limits = from_mapping(Limits, "limits", group["limits"])
     agent.check_limits(limits)
     evaluation = from_mapping(EvalSettings, "eval", group["eval"])
-    retry = from_mapping(RetryPolicy, "llm.retry", (config.get("llm") or {}).get("retry") or {})
+    llm = group["llm"]
+    llm = from_mapping(LlmSettings, "llm", {**llm, "retry": from_mapping(RetryPolicy, "llm.retry", llm.get("retry") or {}),
+                                            "server": from_mapping(ServerLimits, "llm.server", llm.get("server") or {})})
     backbone = make(cfg.backbone, "backbone") if stage in AGENT_RUNS else None
     for name in ("seed", "subset_seed"):
         check_int(name, config[name], least=0)
-    check_number("collect.temperature", collect.get("temperature"), none=True)
     capped = evaluation.max_cost_usd is not None or evaluation.max_total_cost_usd is not None
     if capped and backbone is not None and backbone.priced:  # a model billed by its calls: its price must be known
         from ark.llm.spending import token_prices, unpriced
@@ -115,37 +197,45 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
     ledger = evaluation.spend_ledger
     if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
         raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
-    prompt = config["prompt"]["name"]
-    check_prompt(prompt)
+    prompt = from_mapping(PromptSettings, "prompt", config["prompt"])
+    check_prompt(prompt.name)
     parse_split(config["split"])
     metrics = config["metrics"]
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
         raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {metrics!r}")
     for metric in metrics:
         parse_metric(metric)
-    llm = config.get("llm") or {}
-    return RunSpec(dataset=config["dataset"], queries=config["queries"], retriever=config["retriever"],
-                   split=config["split"], subset_seed=config["subset_seed"], eval=evaluation,
-                   baseline_depth=baseline["depth"], collect=collect, backbone=backbone, prompt=prompt, agent=agent,
-                   ablation=config["ablation"], seed=config["seed"], limits=limits, retry=retry,
-                   metrics=tuple(metrics), llm=llm, paths=config.get("paths") or {}, run=config.get("run") or {},
-                   cpu_threads=config.get("cpu_threads"), config=config)
+    return RunSpec(dataset=make(cfg.dataset, "dataset"), queries=make(cfg.queries, "queries"),
+                   retriever=make(cfg.retriever, "retriever"), split=config["split"],
+                   subset_seed=config["subset_seed"], eval=evaluation, baseline_depth=config["baseline"]["depth"],
+                   collect=collect, backbone=backbone, prompt=prompt, agent=agent,
+                   ablation=from_mapping(AblationSettings, "ablation", config["ablation"]), seed=config["seed"],
+                   limits=limits, metrics=tuple(metrics), llm=llm,
+                   paths=from_mapping(PathSettings, "paths", config.get("paths") or {}),
+                   run=from_mapping(RunDirs, "run", config.get("run") or {}), cpu_threads=config.get("cpu_threads"))
+
+
+def spec_of(overrides, stage: str = "evaluate") -> RunSpec:
+    """The run spec of ``conf/config.yaml`` with ``overrides`` (the report's and the CLI's way to a spec)."""
+    from ark.config import compose
+
+    return spec(compose(list(overrides)), stage)
 
 
 def check_files(spec: RunSpec) -> None:
     """The files an agent run of ``spec`` reads or writes besides its data, checked before any work: the student's
     adapter, the LLM response cache."""
     spec.backbone.check_files()
-    if spec.backbone.uses_cache and spec.llm.get("cache"):
+    if spec.backbone.uses_cache and spec.llm.cache:
         from ark.llm.cache import check_cache_file
 
-        check_cache_file(spec.llm["cache"])
+        check_cache_file(spec.llm.cache)
 
 
 def graph(spec: RunSpec):
-    from ark.graph import load_graph
+    from ark.graph import Graph
 
-    return load_graph(spec.dataset)
+    return Graph.load(spec.dataset.graph_dir)
 
 
 def relevance(spec: RunSpec):
@@ -153,10 +243,10 @@ def relevance(spec: RunSpec):
     are checked against the checksums its build recorded in info.json."""
     import json
 
-    from ark.index import built_settings, index_settings
+    from ark.index import built_settings
     from ark.io import verify_checksums
 
-    wanted = index_settings(spec.retriever, spec.index_dir)
+    wanted = retriever_settings(spec)
     built = built_settings(spec.index_dir) or wanted
     if built != wanted:
         raise UserError(f"the index at {spec.index_dir} was built with other retriever settings than "
@@ -166,7 +256,15 @@ def relevance(spec: RunSpec):
         raise UserError(f"no index at {spec.index_dir} (no info.json): build it (build_index)")
     verify_checksums(Path(spec.index_dir), json.loads(info.read_text()).get("files"), "index", "info.json",
                      "build_index")
-    return make(spec.retriever, "retriever").load(spec.index_dir)
+    return spec.retriever.load(spec.index_dir)
+
+
+def retriever_settings(spec: RunSpec) -> dict:
+    """The spec's retriever as its index records it (``ark.index.index_settings``: "auto" values resolved as the
+    index at ``dataset.index_dir`` was built, runtime-only parameters left out)."""
+    from ark.index import index_settings
+
+    return index_settings({"name": spec.retriever.name, "params": dict(spec.retriever.params)}, spec.index_dir)
 
 
 def toolbox(spec: RunSpec):
@@ -178,8 +276,8 @@ def toolbox(spec: RunSpec):
     name = spec.agent.toolset
     if name not in toolsets:
         raise UserError(f"agent.toolset must be one of {', '.join(toolsets)}, got {name!r}")
-    if name != "ark" and spec.ablation["name"] != "none":
-        raise UserError(f"ablation={spec.ablation['name']} removes parts of ARK's tools; agent.toolset={name} has "
+    if name != "ark" and spec.ablation.name != "none":
+        raise UserError(f"ablation={spec.ablation.name} removes parts of ARK's tools; agent.toolset={name} has "
                         "its own: use ablation=none")
     return toolsets[name](graph(spec), relevance(spec), ToolConfig.from_cfg(spec.ablation, spec.agent))
 
@@ -196,25 +294,25 @@ def queries(spec: RunSpec, graph, labels: bool = True) -> list[dict]:
     from ark.data.queries import brief, load_queries
 
     left_out = (graph.meta.get("excluded") or {}).get("source")
-    source = spec.queries.get("source")
-    fractions_wanted = spec.queries.get("split_fractions")
+    source = getattr(spec.queries, "source", None)
+    fractions_wanted = getattr(spec.queries, "split_fractions", None)
     if left_out and source:
         from ark.data.phenopackets import source_identity
         from ark.data.queries import parse_split
 
         if source_identity(source) != {k: left_out[k] for k in ("file", "sha256")}:
-            raise UserError(f"{spec.dataset['name']} leaves out the publications of {left_out['file']} "
+            raise UserError(f"{spec.dataset.name} leaves out the publications of {left_out['file']} "
                             f"(sha256 {str(left_out['sha256'])[:12]}…), but queries.source is {source}: rebuild "
                             "the graph with dataset.exclude_publications_of set to it")
         splits, fractions = left_out.get("splits"), left_out.get("split_fractions")
         if splits is not None and ((labels and parse_split(spec.split)[0] not in splits)
                                    or [float(f) for f in fractions_wanted or ()] != fractions):
-            raise UserError(f"{spec.dataset['name']} leaves out the publications of the {'/'.join(splits)} cases "
+            raise UserError(f"{spec.dataset.name} leaves out the publications of the {'/'.join(splits)} cases "
                             f"(split_fractions {fractions}), not those of split={spec.split} with "
                             f"queries.split_fractions {list(fractions_wanted or ())}: use a "
                             "graph cut for this split (dataset.exclude_splits)")
     num_nodes = graph.num_nodes
-    queries_dir = spec.dataset["queries_dir"]
+    queries_dir = spec.dataset.queries_dir
     rows = load_queries(queries_dir, spec.split, spec.subset_seed)
     if not labels:
         rows = [{k: q[k] for k in ("id", "query") if k in q} for q in rows]
@@ -250,9 +348,9 @@ def serving(spec: RunSpec, run_name: str = "", run_ledger: str | None = None):
     ledger (the run engine's, ``eval.max_cost_usd``)."""
     from ark.agent.backbones import Serving
 
-    return Serving(cache=spec.llm.get("cache") or None, cache_base=spec.llm.get("cache_base"), retry=spec.retry,
-                   models_dir=spec.paths.get("models"), threads=spec.cpu_threads,
-                   server=dict(spec.llm.get("server") or {}), caps=spending_caps(spec, run_ledger), run=run_name,
+    return Serving(cache=spec.llm.cache or None, cache_base=spec.llm.cache_base, retry=spec.llm.retry,
+                   models_dir=spec.paths.models, threads=spec.cpu_threads,
+                   server=dataclasses.asdict(spec.llm.server), caps=spending_caps(spec, run_ledger), run=run_name,
                    agents_in_flight=spec.eval.concurrency * spec.agent.n_agents)
 
 
@@ -270,13 +368,10 @@ def spending_caps(spec: RunSpec, run_ledger: str | None = None) -> tuple:
     return tuple(caps)
 
 
-def agent_config(spec: RunSpec) -> "AgentConfig":
-    """How the agents run (the agent settings, the seed, the prompt, and the backbone's tool protocol)."""
-    from ark.agent.runner import AgentConfig
-
-    a = spec.agent
-    return AgentConfig(n_agents=a.n_agents, T_max=a.T_max, aggregation=a.aggregation, seed=spec.seed,
-                       prompt=spec.prompt, text_protocol=spec.backbone.text_protocol, idle_limit=a.idle_limit)
+def agent_run(spec: RunSpec) -> dict:
+    """How the spec's agents run a query beyond their settings (``spec.agent``): ``ark.agent.runner.run_query``'s
+    seed, system prompt and tool protocol (the backbone's)."""
+    return {"seed": spec.seed, "prompt": spec.prompt.name, "text_protocol": spec.backbone.text_protocol}
 
 
 def policy(spec: RunSpec, tools, run_name: str = "", run_ledger: str | None = None):

@@ -107,9 +107,9 @@ def serve_tools(overrides: list[str]) -> None:
 
     spec = build.spec(compose(overrides))
     tools = build.toolbox(spec)
-    print(f"ark mcp: {spec.dataset['name']} ({tools.graph.num_nodes:,} nodes), tools "
+    print(f"ark mcp: {spec.dataset.name} ({tools.graph.num_nodes:,} nodes), tools "
           f"{', '.join(s['name'] for s in served_schemas(tools))} on stdio", file=sys.stderr)
-    serve(tools, f"ark-{spec.dataset['name']}")
+    serve(tools, f"ark-{spec.dataset.name}")
 
 
 def estimate(overrides: list[str], first: int = 3, out=None) -> dict:

@@ -18,7 +18,7 @@ from ark.llm.protocol import no_call_text, observation_text, parse_text_calls
 from ark.agent.records import Trajectory
 from ark.tools.toolbox import AnswerState, Observation, Toolbox
 
-async def run_agent(session, toolbox: Toolbox, query: str, T_max: int, agent: int, text_protocol: bool = False,
+async def run_agent(session, toolbox: Toolbox, query: str, *, T_max: int, agent: int, text_protocol: bool = False,
                     on_event=None, prompt: str = "ark", idle_limit: int | None = None) -> Trajectory:
     """Run one agent; ``session.act(messages, observations)`` returns an ``LLMResult``-like reply."""
     messages = [{"role": "system", "content": system_prompt(toolbox, T_max, text_protocol, prompt)},

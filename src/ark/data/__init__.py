@@ -4,9 +4,12 @@ call ``download``, ``build_graph`` and ``make`` and never ask which kind they ha
 one ``Dataset`` subclass beside its loader. A key a class does not have is an error (``ark.build.make``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ark.errors import UserError
+
+HERE = {"identity": False}  # field metadata: where this checkout keeps a file, not part of a run's identity
+FILE = {"file": True}  # field metadata: an input file, part of a run's identity by its name (not its directory)
 
 
 @dataclass(kw_only=True)
@@ -15,10 +18,10 @@ class Dataset:
 
     name: str
     kind: str  # a label stored in each run's identity
-    raw_dir: str
-    graph_dir: str | None = None
-    index_dir: str | None = None
-    queries_dir: str | None = None
+    raw_dir: str = field(metadata=HERE)
+    graph_dir: str | None = field(default=None, metadata=HERE)
+    index_dir: str | None = field(default=None, metadata=HERE)
+    queries_dir: str | None = field(default=None, metadata=HERE)
     candidate_types: list | None = None  # node types a ranking is restricted to (null: every node)
 
     def download(self, mirror: str | None = None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ark.data import Dataset
+from ark.data import FILE, Dataset
 from ark.errors import UserError
 from ark.graph.documents import build_documents
 from ark.graph.graph import Graph
@@ -425,7 +425,7 @@ class BioKG(Dataset):
 
     documents: dict
     artefacts: dict
-    exclude_publications_of: str | None = None
+    exclude_publications_of: str | None = field(default=None, metadata=FILE)
     exclude_splits: list | None = None
     exclude_split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
 

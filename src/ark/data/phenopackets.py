@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ark.data import Dataset, QuerySet
+from ark.data import FILE, Dataset, QuerySet
 from ark.fetch import download
 from ark.errors import UserError
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
@@ -465,7 +465,7 @@ class PhenopacketStore(Dataset):
 class PhenopacketQueries(QuerySet):
     """Case reports as questions: phenotypes -> the case's disease or causal gene (``make_phenopacket_queries``)."""
 
-    source: str
+    source: str = field(metadata=FILE)
     target: str = "disease"
     cap_per_disease: int = 5
     split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])

@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ark.data import Dataset, QuerySet
+from ark.data import HERE, Dataset, QuerySet
 from ark.errors import UserError
 from ark.io import atomic_dir
 
@@ -164,7 +164,7 @@ class TableGraph(Dataset):
     their relations (``all``, or a list)."""
 
     documents: dict
-    files: str | None = None
+    files: str | None = field(default=None, metadata=HERE)  # where download copies the tables from
 
     def download(self, mirror: str | None = None) -> dict[str, str]:
         if not self.files:

@@ -35,6 +35,7 @@ def resolved_api_base(model: str, api_base: str | None, environ=None) -> str | N
 
 TOOL_MODES = ("native", "text")  # native tool calls, or tools described in the prompt and calls parsed from text
 TOOL_CHOICES = (None, "auto", "required")  # OpenAI's tool_choice with tool_mode native (None: the server's default)
+HOW_REACHED = {"identity": False}  # field metadata: how this machine reaches a server, not part of a run's identity
 
 
 @dataclass
@@ -59,8 +60,8 @@ class Backbone:
 
     name: str
     model: str  # litellm model id, e.g. gpt-4.1, anthropic/claude-sonnet-4-5, openai/<served name>
-    api_base: str | None = None
-    api_key_env: str | None = None
+    api_base: str | None = field(default=None, metadata=HOW_REACHED)  # the server: identity by ``endpoint()``
+    api_key_env: str | None = field(default=None, metadata=HOW_REACHED)
     temperature: float = 0.7
     top_p: float | None = None
     max_tokens: int = 1024

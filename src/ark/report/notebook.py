@@ -72,8 +72,8 @@ def execute_all(notebooks: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":  # python -m ark.report.notebook: the executed copies, as the report stage writes them
-    from ark.config import compose, resolved
+    from ark.config import report_settings
 
-    report = resolved(compose([]).report)
+    report = report_settings()
     for p in execute_all(Path(report["notebooks"]), Path(report["executed"])):
         print(p)

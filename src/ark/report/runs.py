@@ -92,17 +92,18 @@ def row_settings(experiment: str) -> dict:
     """What a row file says about its row (``row``): its label and order in its table, the stage of its runs
     (``stage``: evaluate unless it says baseline or hpo_baseline), and the query sets it has runs on (``query_sets``:
     every one unless it names them)."""
-    from ark.config import resolved
+    from ark.config import experiment_row
 
-    row = experiment_config(experiment, "biokg", "synthetic", ()).get("row")
-    return resolved(row) if row is not None else {}
+    return experiment_row(experiment)
 
 
 @lru_cache(maxsize=256)
-def experiment_config(experiment: str, dataset: str, queries: str, paths: tuple):
-    from ark.config import compose
+def experiment_spec(experiment: str, dataset: str, queries: str, paths: tuple, stage: str = "evaluate"):
+    """The run spec a row file composes to on a graph and query set (``paths``: where this checkout keeps data)."""
+    from ark import build
 
-    return compose([f"dataset={dataset}", f"queries={queries}", f"+experiment={experiment}", "logger=none", *paths])
+    return build.spec_of([f"dataset={dataset}", f"queries={queries}", f"+experiment={experiment}", "logger=none",
+                          *paths], stage)
 
 
 def experiment_runs(runs: list[RunData], experiment: str, query_sets, dataset: str | dict = "biokg"
@@ -124,7 +125,6 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
                      vary: tuple[str, ...] = ()) -> list[RunData]:
     """The runs of ``+experiment=<experiment>`` on one query set, as ``experiment_runs`` finds them, whatever their
     values of the settings in ``vary`` (the axes of a sweep, e.g. ``agent.T_max``), in path order."""
-    from ark import build
     from ark.runs.identity import identity, portable
 
     def without(ident: dict) -> dict:
@@ -142,8 +142,7 @@ def experiment_sweep(runs: list[RunData], experiment: str, queries: str, dataset
     runs = [r for r in runs if all(r.get(k) == v for k, v in settled.items())]
     if not runs:
         return []
-    spec = build.spec(experiment_config(experiment, dataset, queries, tuple(runs[0].paths)), stage)
-    wanted = without(identity(spec, stage))
+    wanted = without(identity(experiment_spec(experiment, dataset, queries, tuple(runs[0].paths), stage), stage))
     return [r for r in runs if without(r.config) == wanted]
 
 
@@ -155,40 +154,40 @@ def _row_values(experiment: str, stage: str) -> dict:
     """The values of ``ROW_VALUES`` that a ``stage`` run's identity holds, as the row file composes them."""
     from ark.runs.identity import identity_fields
 
-    config = experiment_config(experiment, "biokg", "synthetic", ())
+    spec = experiment_spec(experiment, "biokg", "synthetic", (), stage)
     keys = {f.metadata["key"] or f.name for f in identity_fields(stage)}
     out = {}
     for key in ROW_VALUES:
         if key in keys or key.split(".")[0] in keys:
-            value = config
+            value = spec
             for part in key.split("."):
-                value = value.get(part) if value is not None else None
+                value = getattr(value, part, None)
             out[key] = value
     return out
 
 
-def dataset_config(dataset: str, queries: str = "synthetic", paths: tuple = ()):
-    """The project's config for a stored dataset and query set name: where their files are on this machine. A query
-    set named only on the command line (``queries.name=...``, no file in conf/queries/) is found by its name."""
-    from ark.config import CONF, compose
+def dataset_spec(dataset: str, queries: str = "synthetic", paths: tuple = ()):
+    """A spec on a stored dataset and query set name: where their files are on this machine. A query set named only
+    on the command line (``queries.name=...``, no file in conf/queries/) is found by its name."""
+    from ark import build
+    from ark.config import CONF
 
     group = "queries" if (CONF / "queries" / f"{queries}.yaml").is_file() else "queries.name"
-    return compose([f"dataset={dataset}", f"{group}={queries}", "logger=none", *paths])
+    return build.spec_of([f"dataset={dataset}", f"{group}={queries}", "logger=none", *paths], "baseline")
 
 
 @lru_cache(maxsize=4)
 def _graph(dataset: str, paths: tuple = ()):
-    from ark.graph import load_graph
+    from ark.graph import Graph
 
-    return load_graph(dataset_config(dataset, paths=paths).dataset)
+    return Graph.load(dataset_spec(dataset, paths=paths).dataset.graph_dir)
 
 
 @lru_cache(maxsize=16)
 def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit, paths: tuple) -> list[dict]:
     from ark.data.queries import load_queries
 
-    cfg = dataset_config(dataset, queries, paths)
-    rows = load_queries(cfg.dataset.queries_dir, split, subset_seed)
+    rows = load_queries(dataset_spec(dataset, queries, paths).dataset.queries_dir, split, subset_seed)
     return rows[:limit] if limit is not None else rows
 
 

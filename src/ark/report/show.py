@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ark.agent.records import QueryRecord, Trajectory
-from ark.config import compose
+from ark.config import results_dir
 from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import queries_of_run, run_graph
@@ -46,7 +46,7 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
     """Print the run's query list (``query`` None) or one query (an id, or a 0-based position) to ``out``
     (default: stdout)."""
     out = out or sys.stdout
-    run_dir = find_run(run, Path(compose(list(overrides)).paths.results))
+    run_dir = find_run(run, results_dir(overrides))
     config, records = load_run(run_dir)
     scores = read_scores(run_dir)
     if query is None:

@@ -20,8 +20,7 @@ from tqdm import tqdm
 
 from ark import build
 from ark.build import RunSpec
-from ark.config import make
-from ark.agent.runner import AgentConfig, run_queries, run_query
+from ark.agent.runner import run_queries, run_query
 from ark.errors import IncompleteRun, RunFailed, UserError
 from ark.eval.metrics import as_candidates
 from ark.eval.score import score_records, score_row, summarize
@@ -29,6 +28,7 @@ from ark.eval.trajectories import run_statistics, timing_statistics
 from ark.agent.records import QueryRecord
 from ark.runs.store import Run
 from ark.runs.workers import run_in_workers
+from ark.settings import AgentSettings
 from ark.llm.spending import CAP_REACHED
 
 
@@ -38,13 +38,14 @@ class Agents:
 
     policy: object
     tools: object
-    config: AgentConfig
+    settings: AgentSettings
+    how: dict  # run_query's keywords: seed, prompt, text_protocol (ark.build.agent_run)
 
     def one(self, query: dict, on_event=None) -> QueryRecord:
-        return asyncio.run(run_query(self.policy, self.tools, query, self.config, on_event))
+        return asyncio.run(run_query(self.policy, self.tools, query, self.settings, on_event=on_event, **self.how))
 
     def many(self, queries: list[dict], concurrency: int, on_record=None) -> None:
-        asyncio.run(run_queries(self.policy, self.tools, queries, self.config, concurrency, on_record))
+        asyncio.run(run_queries(self.policy, self.tools, queries, self.settings, concurrency, on_record, **self.how))
 
     @property
     def model_calls(self) -> int:
@@ -58,7 +59,7 @@ def agents(spec: RunSpec, tools=None, run_name: str = "", run_ledger: str | None
     ``run_name``, ``run_ledger``: the run their calls are for and its spend ledger (``ark.build.serving``)."""
     tools = tools if tools is not None else build.toolbox(spec)
     with build.policy(spec, tools, run_name, run_ledger) as policy:
-        yield Agents(policy, tools, build.agent_config(spec))
+        yield Agents(policy, tools, spec.agent, build.agent_run(spec))
 
 
 def execute(spec: RunSpec, stage: str) -> dict:
@@ -149,7 +150,7 @@ def execute_ranking(spec: RunSpec, stage: str, graph, queries: list[dict], rank,
 def answerable(spec: RunSpec, graph, queries: list[dict]) -> dict[str, bool]:
     """Whether each query's gold is reachable in ``graph`` (the query set's ``answerable``; empty where it has no
     such notion): scored beside the whole split, never shown to an agent."""
-    query_set = make(spec.queries, "queries")
+    query_set = spec.queries
     known = {q["id"]: query_set.answerable(graph, q["answer_ids"]) for q in queries}
     return {k: v for k, v in known.items() if v is not None}
 

@@ -10,17 +10,14 @@ environment, credentials scrubbed): rewritten queries or another server are anot
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import fields
 from pathlib import Path
 
-from ark.build import RUN_STAGES, RunSpec
-from ark.index import index_settings
+from ark.build import RUN_STAGES, RunSpec, retriever_settings
 from ark.io import content_sha256, sha256_tree
-
-NOT_IDENTITY_LOCAL = {"threads", "cache_dir"}  # the embedded model's settings that are this machine's
-FILE_KEYS = ("source", "exclude_publications_of")  # input files: their name counts, not where this checkout keeps them
 
 
 def identity_fields(stage: str) -> list:
@@ -41,30 +38,41 @@ def data_inputs(spec: RunSpec, stage: str) -> dict[str, Path]:
     instead)."""
     from ark.data.queries import ALL, parse_split
 
-    queries = Path(spec.dataset["queries_dir"]) / f"{spec.split}.jsonl"
+    queries = Path(spec.dataset.queries_dir) / f"{spec.split}.jsonl"
     if not queries.exists():
         queries = queries.with_name(f"{parse_split(spec.split)[0]}.jsonl")
     if not queries.exists() and spec.split == ALL:  # every split's file: the query set's directory
         queries = queries.parent
-    inputs = {"queries": queries, "graph": Path(spec.dataset["graph_dir"])}
+    inputs = {"queries": queries, "graph": Path(spec.dataset.graph_dir)}
     if stage == "hpo_baseline":
-        inputs["cases"] = Path(spec.queries["source"])
+        inputs["cases"] = Path(spec.queries.source)
     else:
         inputs["index"] = Path(spec.index_dir)
     return inputs
 
 
-def _at(config: dict, key: str):
-    node = config
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return json.loads(json.dumps(node)) if isinstance(node, (dict, list)) else node  # a copy
+def plain(value):
+    """A settings value as stored plain data: a typed settings object (a dataclass) as its fields, less those its
+    class marks ``metadata={"identity": False}`` (where this checkout keeps things, how a server is reached), an input
+    file marked ``metadata={"file": True}`` by its name only; lists and mappings copied."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            if not f.metadata.get("identity", True):
+                continue
+            v = plain(getattr(value, f.name))
+            out[f.name] = Path(str(v)).name if f.metadata.get("file") and v else v
+        return out
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
 
 
 def identity(spec: RunSpec, stage: str) -> dict:
     """The result-affecting settings of a ``stage`` run, as plain data (what ``config.yaml`` of the run holds): the
-    spec's identity fields (their config values, ``_target_`` and the ``drop`` keys removed) and the contents of
-    its inputs."""
+    spec's identity fields (``plain``) and the contents of its inputs."""
     out: dict = {"stage": stage}
     for f in identity_fields(stage):
         value = setting(spec, f)
@@ -78,21 +86,18 @@ def identity(spec: RunSpec, stage: str) -> dict:
 
 
 def setting(spec: RunSpec, f) -> object:
-    """The stored value of one identity field ``f`` of ``spec`` (a group's settings as plain data)."""
+    """The stored value of one identity field ``f`` of ``spec``."""
     from ark.data.queries import parse_split
 
-    key = f.metadata["key"] or f.name
-    if key == "subset_seed":  # which queries a fractional split keeps; no setting at all for a whole split
+    if f.name == "subset_seed":  # which queries a seeded split keeps; no setting at all for a whole split
         return spec.subset_seed if parse_split(spec.split)[1] is not None else None
-    value = index_settings(_at(spec.config, key), spec.index_dir) if key == "retriever" else _at(spec.config, key)
-    if isinstance(value, dict):  # _target_: which class reads the settings, not a setting
-        value = {k: v for k, v in value.items() if k not in f.metadata["drop"] and k != "_target_"}
-        for file_key in FILE_KEYS:
-            if value.get(file_key):
-                value[file_key] = Path(str(value[file_key])).name
-        if key == "backbone":
-            value = _backbone_identity(value, spec)
-    return value
+    if f.name == "eval":
+        return spec.eval.limit
+    if f.name == "retriever":
+        return retriever_settings(spec)
+    if f.name == "backbone":
+        return _backbone_identity(plain(spec.backbone), spec)
+    return plain(getattr(spec, f.name))
 
 
 def graph_setting(spec: RunSpec) -> dict:
@@ -111,7 +116,7 @@ def _backbone_identity(value: dict, spec: RunSpec) -> dict:
     """The embedded model's settings as this machine resolves them (dtype, threads, the adapter's content); a
     hosted model's server."""
     if isinstance(value.get("local"), dict):
-        local = {k: v for k, v in value["local"].items() if k not in NOT_IDENTITY_LOCAL}
+        local = dict(value["local"])
         from ark.llm.weights import resolve_dtype, resolve_threads
 
         if local.get("dtype"):  # "auto" is bfloat16 on one machine, float32 on another

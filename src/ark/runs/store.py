@@ -105,9 +105,9 @@ class Run:
         self.inputs = list(data_inputs(spec, stage).values())
         self.name = run_name(self.identity)
         self.tags = run_tags(self.identity, stage)
-        self.dir = Path(spec.run["root"]) / self.name
-        self.publish_dir = Path(spec.run["publish"]) if spec.run.get("publish") else None
-        self.timing_path = Path(spec.paths["logs"]) / "runs" / f"{self.name}.json"
+        self.dir = Path(spec.run.root) / self.name
+        self.publish_dir = Path(spec.run.publish) if spec.run.publish else None
+        self.timing_path = Path(spec.paths.logs) / "runs" / f"{self.name}.json"
         self._lock: RunLock | None = None
 
     def open(self) -> RecordStore:

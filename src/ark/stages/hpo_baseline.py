@@ -28,9 +28,9 @@ GROUPS = config_groups("hpo_baseline")  # config groups its results depend on
 def checked_spec(cfg: DictConfig):
     """The run spec of a phenopacket query set's run (the only kind with case files to read terms from)."""
     spec = build.spec(cfg, "hpo_baseline")
-    if not spec.queries.get("source") or spec.queries.get("target") not in ("disease", "gene"):
+    if not getattr(spec.queries, "source", None) or getattr(spec.queries, "target", None) not in ("disease", "gene"):
         raise UserError(f"hpo_baseline ranks the cases of a phenopacket query set (queries=phenopackets or "
-                        f"phenopackets_gene), not queries={spec.queries['name']}")
+                        f"phenopackets_gene), not queries={spec.queries.name}")
     return spec
 
 

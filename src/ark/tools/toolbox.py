@@ -41,8 +41,9 @@ class ToolConfig:
 
     @classmethod
     def from_cfg(cls, ablation, agent=None) -> "ToolConfig":
-        """``ablation``: the ablation's switches (a mapping); ``agent``: the agent settings (tool sizes)."""
-        kw = {k: ablation[k] for k in ("neighbors", "query_param", "type_filters")}
+        """``ablation``: the ablation's switches (``ark.build.AblationSettings``); ``agent``: the agent settings (tool
+        sizes)."""
+        kw = {k: getattr(ablation, k) for k in ("neighbors", "query_param", "type_filters")}
         if agent is not None:
             kw.update(global_k=agent.global_k, global_k_max=agent.global_k_max, neighbor_k=agent.neighbor_k)
         return cls(**kw)

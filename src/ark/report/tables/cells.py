@@ -9,7 +9,7 @@ import numpy as np
 
 from ark.io import read_jsonl
 from ark.report.intervals import METHOD, Estimate, average_interval, mean_interval, paired
-from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
+from ark.report.runs import RunData, experiment_spec, experiment_runs, row_settings, table_rows
 from ark.report.tables.table import Table, pct
 
 
@@ -82,7 +82,7 @@ def _average(found: dict[str, RunData], query_sets: list[str], metric: str) -> E
 
 def ark_setting(experiment: str) -> dict:
     """Backbone, agents and T_max of the ARK row's experiment file (for titles and notes)."""
-    c = experiment_config(experiment, "biokg", "synthetic", ())
+    c = experiment_spec(experiment, "biokg", "synthetic", ())
     return {"backbone": c.backbone.name, "n_agents": c.agent.n_agents, "T_max": c.agent.T_max}
 
 
@@ -105,10 +105,10 @@ def where(rows) -> str:
 
 def answerable_sets(query_sets: list[str]) -> dict:
     """The query sets (by name) that say whether a query is answerable on a graph (``QuerySet.answerable``)."""
-    from ark.config import compose, make
+    from ark.build import spec_of
     from ark.data import QuerySet
 
-    sets = {q: make(compose([f"queries={q}"]).queries, "queries") for q in query_sets}
+    sets = {q: spec_of([f"queries={q}"], "baseline").queries for q in query_sets}
     return {q: s for q, s in sets.items() if type(s).answerable is not QuerySet.answerable}
 
 

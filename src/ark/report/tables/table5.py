@@ -8,7 +8,7 @@ import numpy as np
 
 from ark.eval.trajectories import run_statistics
 from ark.report.intervals import METHOD
-from ark.report.runs import RunData, experiment_config, experiment_runs, row_settings, table_rows
+from ark.report.runs import RunData, experiment_spec, experiment_runs, row_settings, table_rows
 from ark.report.tables.cells import estimate, paired_difference, where
 from ark.report.tables.table import LABEL, METRICS, Table, pct
 
@@ -75,7 +75,7 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]
 
 def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
     """``on``: {query set: the graph it is scored on}, as in Table 1 (the case reports: leave-publication-out)."""
-    t_max = experiment_config(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
+    t_max = experiment_spec(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
     graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
     t = Table("table5", f"Table 5: backbones and the distilled student on BioKG ({graphs}), first test queries, "
                         f"1 agent, T_max {t_max} (x100)",
