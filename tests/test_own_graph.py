@@ -31,7 +31,7 @@ BIOKG_TYPES = ["disease", "gene/protein", "effect/phenotype", "biological_proces
 
 
 def dataset(tmp_path, files=EXAMPLE, **settings) -> TableGraph:
-    return TableGraph(name="mine", kind="tables", raw_dir=str(tmp_path / "raw"), graph_dir=str(tmp_path / "graph"),
+    return TableGraph(name="mine", raw_dir=str(tmp_path / "raw"), graph_dir=str(tmp_path / "graph"),
                       files=str(files), documents=settings.pop("documents", {"relation_types": "all",
                                                                              "max_per_relation": 100}), **settings)
 
@@ -110,13 +110,13 @@ def test_questions_are_split_by_the_pipeline_and_answer_with_graph_ids(tmp_path)
     config = {"raw_dir": ds.raw_dir, "graph_dir": ds.graph_dir}
     from omegaconf import OmegaConf
 
-    splits, stats = TableQueries(name="tables", kind="tables").make(OmegaConf.create(config))
+    splits, stats = TableQueries(name="tables").make(OmegaConf.create(config))
     assert {s: len(rows) for s, rows in splits.items()} == {"train": 8, "val": 4, "test": 4}
     graph = ds.build_graph()
     first = next(q for rows in splits.values() for q in rows if q["id"] == "1")
     assert first["query"] == "Which books did Mara Quill write?"
     assert [graph.key[v] for v in first["answer_ids"]] == ["b1", "b2"]
-    splits, _ = TableQueries(name="tables", kind="tables", split_fractions=[0, 0, 1]).make(OmegaConf.create(config))
+    splits, _ = TableQueries(name="tables", split_fractions=[0, 0, 1]).make(OmegaConf.create(config))
     assert len(splits["test"]) == 16
 
 

@@ -363,9 +363,9 @@ def test_a_case_is_answerable_when_its_gold_disease_keeps_a_phenotype():
     from ark.data.phenopackets import PhenopacketQueries
 
     g = _answerable_graph()
-    disease = PhenopacketQueries(name="phenopackets", kind="phenopackets", source="x", target="disease")
+    disease = PhenopacketQueries(name="phenopackets", source="x", target="disease")
     assert disease.answerable(g, [1]) and not disease.answerable(g, [2]) and disease.answerable(g, [2, 1])
-    gene = PhenopacketQueries(name="phenopackets_gene", kind="phenopackets", source="x", target="gene")
+    gene = PhenopacketQueries(name="phenopackets_gene", source="x", target="gene")
     assert gene.answerable(g, [3]) and not gene.answerable(g, [4])  # G2's only disease, B, has no phenotype
 
 

@@ -61,7 +61,7 @@ def hub(tmp_path, monkeypatch):
 
 def stark_prime(tmp_path, **settings) -> Stark:
     """STaRK-PRIME as conf/dataset/stark_prime.yaml configures it, with the fake Hub's revision and pins."""
-    values = dict(name="stark_prime", kind="stark", skb="prime", raw_dir=str(tmp_path / "raw"),
+    values = dict(name="stark_prime", skb="prime", raw_dir=str(tmp_path / "raw"),
                   documents={"relations": False}, revision=REVISION, qa_files=dict(PINS), qa_mirror_path=MIRROR_PATH)
     return Stark(**{**values, **settings})
 

@@ -44,7 +44,7 @@ class RulesBackbone:
 
     name: str
     type_words: dict
-    kind: str = "rules"  # a label stored in each run's identity
+    kind: ClassVar[str] = "rules"  # a label stored in each run's identity (ark.runs.identity.plain)
     search_size: int = 10
     expand: int = 2
     max_answer: int = 20
@@ -99,7 +99,7 @@ class RulesBackbone:
 class HostedBackbone(Backbone):
     """A model behind an API that litellm reaches (OpenAI, Anthropic, a vLLM server, ...)."""
 
-    kind: str = "litellm"
+    kind: ClassVar[str] = "litellm"
     one_process: ClassVar[bool] = False
     caveat: ClassVar[str | None] = None
     priced: ClassVar[bool] = True
@@ -162,7 +162,7 @@ class LocalBackbone(HostedBackbone):
     """The embedded model (``ark.llm.local``) behind a loopback OpenAI-compatible server that lives as long as the
     policy does; litellm reaches it like any hosted model."""
 
-    kind: str = "local"
+    kind: ClassVar[str] = "local"
     local: LocalModel = field(default_factory=LocalModel)
     one_process: ClassVar[bool] = True  # it computes in this process: a worker would load its own copy
     priced: ClassVar[bool] = False  # the embedded model costs nothing

@@ -5,6 +5,7 @@ one ``Dataset`` subclass beside its loader. A key a class does not have is an er
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ark.errors import UserError
 
@@ -17,7 +18,7 @@ class Dataset:
     """What every dataset config holds: its name, and where the stages keep its files."""
 
     name: str
-    kind: str  # a label stored in each run's identity
+    kind: ClassVar[str]  # a label stored in each run's identity (ark.runs.identity.plain)
     raw_dir: str = field(metadata=HERE)
     graph_dir: str | None = field(default=None, metadata=HERE)
     index_dir: str | None = field(default=None, metadata=HERE)
@@ -38,7 +39,7 @@ class QuerySet:
     """A set of questions with gold node ids, split into train/val/test."""
 
     name: str
-    kind: str  # a label stored in each run's identity
+    kind: ClassVar[str]  # a label stored in each run's identity (ark.runs.identity.plain)
 
     def make(self, dataset) -> tuple[dict[str, list[dict]], dict]:
         """({split: rows}, statistics) for ``dataset`` (its config: the built graph is at ``dataset.graph_dir``)."""

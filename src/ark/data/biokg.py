@@ -18,6 +18,7 @@ import urllib.request
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import pandas as pd
@@ -422,6 +423,8 @@ class BioKG(Dataset):
     whose cases' publications the graph leaves out (the leave-publication-out graph): those of the cases in the query
     splits ``exclude_splits`` (cut with ``exclude_split_fractions``, the query sets' ``split_fractions``), or of every
     case when it is null."""
+
+    kind: ClassVar[str] = "biokg"
 
     documents: dict
     artefacts: dict

@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from ark.data import FILE, Dataset, QuerySet
@@ -451,6 +452,8 @@ def _genes_by_symbol(graph: Graph) -> dict[str, list[int]]:
 class PhenopacketStore(Dataset):
     """A release of phenopacket-store, converted to one JSON Lines file (``fetch_release``): cases, not a graph."""
 
+    kind: ClassVar[str] = "phenopacket_store"
+
     release: dict
     file: str
     content_sha256: str
@@ -464,6 +467,8 @@ class PhenopacketStore(Dataset):
 @dataclass(kw_only=True)
 class PhenopacketQueries(QuerySet):
     """Case reports as questions: phenotypes -> the case's disease or causal gene (``make_phenopacket_queries``)."""
+
+    kind: ClassVar[str] = "phenopackets"
 
     source: str = field(metadata=FILE)
     target: str = "disease"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import csv
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 from ark.data import Dataset, QuerySet
@@ -131,6 +132,8 @@ class Stark(Dataset):
     ``qa_files``: the question files, ``{path under qa/<skb>/: sha256 or null}``, fetched into ``raw_dir/<skb>/<path>``
     (from ``<mirror>/<qa_mirror_path>/<path>`` when a mirror is set), each checked against its sha256."""
 
+    kind: ClassVar[str] = "stark"
+
     skb: str
     documents: dict
     online: bool = False
@@ -188,6 +191,8 @@ def qa_url(skb: str, revision: str | None, path: str) -> str:
 @dataclass(kw_only=True)
 class StarkQueries(QuerySet):
     """STaRK's QA files under ``qa_dir`` (``human``: its human-written test questions only)."""
+
+    kind: ClassVar[str] = "stark"
 
     qa_dir: str
     human: bool = False

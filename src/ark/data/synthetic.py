@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -235,6 +236,8 @@ def make_synthetic_queries(graph: Graph, cfg) -> tuple[dict[str, list[dict]], di
 @dataclass(kw_only=True)
 class SyntheticQueries(QuerySet):
     """STaRK-style relational questions on a graph, with exact gold (``make_synthetic_queries``)."""
+
+    kind: ClassVar[str] = "synthetic"
 
     n_queries: int
     seed: int = 0

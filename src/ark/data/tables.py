@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import shutil
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from ark.data import HERE, Dataset, QuerySet
@@ -163,6 +164,8 @@ class TableGraph(Dataset):
     the download stage copies them from; ``documents.relation_types``: the node types whose documents also list
     their relations (``all``, or a list)."""
 
+    kind: ClassVar[str] = "tables"
+
     documents: dict
     files: str | None = field(default=None, metadata=HERE)  # where download copies the tables from
 
@@ -214,6 +217,8 @@ class TableGraph(Dataset):
 @dataclass(kw_only=True)
 class TableQueries(QuerySet):
     """The question table of a ``TableGraph`` (``dataset=tables``), split by the hash of each question's id."""
+
+    kind: ClassVar[str] = "tables"
 
     split_fractions: list = field(default_factory=lambda: [0.6, 0.2, 0.2])
 

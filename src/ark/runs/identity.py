@@ -56,7 +56,8 @@ def plain(value):
     class marks ``metadata={"identity": False}`` (where this checkout keeps things, how a server is reached), an input
     file marked ``metadata={"file": True}`` by its name only; lists and mappings copied."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
+        kind = getattr(type(value), "kind", None)  # the class's label (a dataset's, a backbone's), not a field
+        out = {"kind": kind} if isinstance(kind, str) and "kind" not in {f.name for f in fields(value)} else {}
         for f in fields(value):
             if not f.metadata.get("identity", True):
                 continue
