@@ -12,7 +12,6 @@ Each argument is a run directory or a run root holding run directories (as ``ark
 their graph and their query split (the DVC outputs in ``data/``).
 """
 import argparse
-import collections
 import json
 import sys
 from pathlib import Path
@@ -23,32 +22,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from common import machine  # noqa: E402
 
 from ark.report.intervals import mean_interval, paired  # noqa: E402
-from ark.report.runs import load_runs, queries_of_run, run_graph  # noqa: E402
-
-
-def twins_of(graph, types=("disease",)) -> dict[int, frozenset]:
-    """{node: the other nodes of its type with the same name (case aside)} for the nodes that have any."""
-    by_name = collections.defaultdict(list)
-    for v in range(graph.num_nodes):
-        if graph.type_name(v) in types:
-            by_name[str(graph.name[v]).strip().lower()].append(v)
-    return {v: frozenset(set(group) - {v}) for group in by_name.values() if len(group) > 1 for v in group}
-
-
-def hits(run, twins: dict[int, frozenset]) -> dict[str, tuple[int, int, int, int]]:
-    """{query id: (top 1 is gold, top 1 is gold or a twin of it, top 1 is a twin and no gold, top 20 holds a twin and
-    no gold)}."""
-    gold = {q["id"]: set(q["answer_ids"]) for q in queries_of_run(run.config, limit=False)}
-    out = {}
-    for record in run.records:
-        g = gold.get(record.id)
-        if g is None:
-            continue
-        equivalent = g | {t for v in g for t in twins.get(v, ())}
-        first, top20 = set(record.ranking[:1]), set(record.ranking[:20])
-        out[record.id] = (int(bool(first & g)), int(bool(first & equivalent)), int(bool(first & (equivalent - g))),
-                          int(bool(top20 & (equivalent - g)) and not top20 & g))
-    return out
+from ark.report.runs import load_runs, run_graph  # noqa: E402
+from ark.report.twins import twin_hits, twins_of  # noqa: E402
 
 
 def count(run, found: dict[str, tuple]) -> dict:
@@ -81,7 +56,7 @@ def main() -> None:
         name = run.config["dataset"]["name"]
         if name not in graphs:
             graphs[name] = twins_of(run_graph(run.config))
-        found.append(hits(run, graphs[name]))
+        found.append(twin_hits(run, graphs[name]))
         rows.append(count(run, found[-1]))
     # the first run against each other one, strict and twin-aware
     diffs = [{"first minus": run.dir.name, "strict": difference(found[0], f, runs[0].units(), 0),

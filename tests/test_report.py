@@ -259,3 +259,21 @@ def test_hand_written_measured_numbers_are_found_outside_blocks_fences_and_code(
             "<!-- results/tables/table1.md -->\n| 11.16 | 5 % |\n<!-- end -->\nlast 7.5, 96,059 nodes\n")
     assert prose_numbers(text) == [(1, "2.4 h"), (1, "34 min"), (1, "86 %"), (1, "48.00"), (1, "1.64×"),
                                    (1, "9.1 GB"), (1, "160 tokens/s"), (9, "7.5"), (9, "96,059")]
+
+
+def test_a_same_named_twin_ranked_first_is_a_hit_only_twin_aware(monkeypatch):
+    from types import SimpleNamespace
+
+    from ark.report import twins as tw
+
+    names = ["Achondroplasia", "achondroplasia ", "Cystic fibrosis", "Achondroplasia"]
+    graph = SimpleNamespace(num_nodes=4, name=names, type_name=lambda v: "gene" if v == 3 else "disease")
+    twins = tw.twins_of(graph)
+    assert twins == {0: frozenset({1}), 1: frozenset({0})}  # case and spaces aside; a gene is no disease's twin
+    gold = {"a": [0], "b": [2], "c": [1], "d": [0]}
+    monkeypatch.setattr(tw, "queries_of_run", lambda config, paths, limit: [
+        {"id": q, "answer_ids": g} for q, g in gold.items()])
+    records = [SimpleNamespace(id="a", ranking=[1, 0]), SimpleNamespace(id="b", ranking=[2]),
+               SimpleNamespace(id="c", ranking=[2, 3]), SimpleNamespace(id="d", ranking=[2, 1])]
+    hits = tw.twin_hits(SimpleNamespace(config={}, paths=(), records=records), twins)
+    assert hits == {"a": (0, 1, 1, 0), "b": (1, 1, 0, 0), "c": (0, 0, 0, 0), "d": (0, 0, 0, 1)}

@@ -69,8 +69,11 @@ def figure2(runs, graphs: dict[str, str], ark, out: Path) -> list[Path]:
                     ax.text(j, i, shown, ha="center", va="center", fontsize=9 if e is None else 8,
                             color="white" if grid[i, j] < grid.mean() else "black")
             fig.colorbar(im, ax=ax, shrink=0.8)
+        machines = sorted({r.machine or "an unrecorded machine" for _, _, cells in sweeps.values()
+                           for r in cells.values()})
         fig.suptitle(f"Figure 2: {label} over the budget, {ark['backbone']}"
-                     + ("" if metric == "latency" else "\n95 % interval below each cell"), fontsize=10)
+                     + (f"\nmeasured on {', '.join(machines)}" if metric == "latency"
+                        else "\n95 % interval below each cell"), fontsize=10)
         paths.append(_save(fig, out / f"figure2_{name}.png"))
     return paths
 

@@ -39,6 +39,13 @@ class RunData:
         return value
 
     @property
+    def machine(self) -> str | None:
+        """The processor the run was computed on (its ``machine.json``), where it says."""
+        path = self.dir / "machine.json"
+        found = json.loads(path.read_text()) if path.is_file() else None
+        return found.get("processor") if isinstance(found, dict) else None
+
+    @property
     def records(self) -> list[QueryRecord]:
         if self._records is None:
             self._records = load_run(self.dir)[1]

@@ -6,6 +6,7 @@
 ``<run dir>/metrics.json``     scalar metrics only (what ``dvc metrics show`` reads; not in a ``collect`` run)
 ``<run dir>/stats.json``       tool use, steps, invalid calls, tokens, cost (deterministic under replay)
 ``<run dir>/provenance.json``  package versions and sha256 of the data read
+``<run dir>/machine.json``     the platform and processor it ran on: whose times ``records.jsonl`` holds
 Timings and the platform go to ``<paths.logs>/runs/<run dir name>.json`` (and ``timing.json`` in the publish
 dir) and W&B, outside DVC's outputs: query wall-clock p50/p95/mean, per-agent model and tool time.
 With ``run.publish`` set (the DVC stages), metrics, stats, config and provenance are also copied there: a
@@ -155,6 +156,7 @@ class Run:
         write_json(self.dir / "stats.json", stats)
         write_json(self.dir / "provenance.json", {"run": self.name, "versions": package_versions(),
                                                   "data": hash_paths(self.inputs)})
+        write_json(self.dir / "machine.json", machine())  # beside the records' times; never published
         if self.publish_dir is not None:
             self.publish_dir.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
@@ -165,10 +167,15 @@ class Run:
     def write_timing(self, timing: dict) -> None:
         """Wall-clock figures and where they were measured: under ``paths.logs`` and, for a DVC stage, beside
         the published metrics (committed, but not a DVC output: a rerun's new timings change no stage)."""
-        record = {"run": self.name, "platform": platform.platform(), "processor": cpu_name(), **timing}
+        record = {"run": self.name, **machine(), **timing}
         write_json(self.timing_path, record)
         if self.publish_dir is not None:
             write_json(self.publish_dir / "timing.json", record)
+
+
+def machine() -> dict:
+    """Where a run was computed: its times (latency, tokens per second) are this machine's."""
+    return {"platform": platform.platform(), "processor": cpu_name()}
 
 
 def load_run(directory: str | Path) -> tuple[dict, list[QueryRecord]]:

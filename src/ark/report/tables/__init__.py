@@ -20,6 +20,7 @@ from ark.report.tables.table4 import table4
 from ark.report.tables.table5 import table5, table5_paired
 from ark.report.tables.table8 import table8
 from ark.report.tables.tool_use import table9, table10
+from ark.report.tables.twins import table1_twins
 
 
 def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
@@ -29,6 +30,7 @@ def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs
     on = scored_on(graph_of, qs)
     every_case, all_graph = [q for q in qs if q in graph_of], cfg_report["every_case"]["graph"]
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
+            table1_twins(runs, cfg_report["twin_query_sets"], ark, graph_of),
             table1_every_case(runs, every_case, all_graph),
             table1_paired(runs, every_case, cfg_report["every_case"]["ark"], {q: all_graph for q in every_case},
                           "table1_all"),
