@@ -1,0 +1,98 @@
+"""Why the distilled student answers diseases to gene questions: what it was trained on, and what it does.
+
+1. The training data: per teacher run (``collect``, one per query set), its trajectories, the node types of the
+   teacher's answers (the first node, and all of them) and the ``node_type`` arguments of its neighborhood calls.
+2. On the gene questions of Table 5 (``evaluate@{teacher,student,student_mid,student_small}-phenopackets_gene``):
+   per run, the tool calls by name, the ``node_type`` arguments, the type of the first answer node, and how many
+   queries have a gene anywhere in the answer.
+
+    python benchmarks/gene_student.py [--runs results/runs] [--json]
+
+Reads the run directories (DVC outputs: ``dvc repro`` or ``make pull`` first) and the graphs they name.
+"""
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from common import machine  # noqa: E402
+
+from ark.agent.records import QueryRecord  # noqa: E402
+from ark.report.runs import run_graph  # noqa: E402
+from ark.runs.store import load_run  # noqa: E402
+
+EVALUATED = ("teacher", "student", "student_mid", "student_small")
+
+
+def tool_calls(trajectory) -> list[tuple[str, dict]]:
+    """(name, arguments) of each tool call in a trajectory's messages."""
+    out = []
+    for m in trajectory.messages:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            args = fn.get("arguments")
+            try:
+                args = json.loads(args) if isinstance(args, str) else (args or {})
+            except ValueError:
+                args = {}
+            out.append((fn.get("name"), args if isinstance(args, dict) else {}))
+    return out
+
+
+def node_types(args: dict) -> list[str]:
+    value = args.get("node_type")
+    return [value] if isinstance(value, str) else [str(v) for v in value] if isinstance(value, list) else []
+
+
+def describe(config: dict, records: list[QueryRecord]) -> dict:
+    """What the agents of one run called and answered, by node type."""
+    graph = run_graph(config)
+    calls, filters, first, answered, with_gene = (collections.Counter(), collections.Counter(), collections.Counter(),
+                                                   collections.Counter(), 0)
+    for record in records:
+        for t in record.agents:
+            for name, args in tool_calls(t):
+                calls[name] += 1
+                filters.update(node_types(args) if name == "search_in_neighborhood" else [])
+            types = [graph.type_name(v) for v in t.answer if 0 <= v < graph.num_nodes]
+            first[types[0] if types else "(no answer)"] += 1
+            answered.update(types)
+            with_gene += any(ty.startswith("gene") for ty in types)
+    agents = sum(len(r.agents) for r in records)
+    return {"queries": len(records), "trajectories": agents, "tool calls": dict(calls),
+            "node_type arguments": dict(filters), "first answer node": dict(first), "answer nodes": dict(answered),
+            "trajectories with a gene in the answer": with_gene}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=ROOT / "results" / "runs")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    out = {"machine": machine(), "training": {}, "gene questions": {}}
+    for entry in sorted((args.runs / "collect").glob("*")):
+        for run_dir in sorted(p.parent for p in entry.glob("*/config.yaml")):
+            config, records = load_run(run_dir)
+            out["training"][entry.name] = describe(config, records)
+    for name in EVALUATED:
+        for run_dir in sorted(p.parent for p in (args.runs / "evaluate" / f"{name}-phenopackets_gene").glob("*/config.yaml")):
+            config, records = load_run(run_dir)
+            out["gene questions"][name] = describe(config, records)
+    if not out["training"] and not out["gene questions"]:
+        raise SystemExit(f"no collect or Table 5 gene runs under {args.runs}: run dvc repro first")
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"machine: {out['machine']['cpu']}")
+    for part in ("training", "gene questions"):
+        print(f"\n## {part}")
+        for name, found in out[part].items():
+            print(f"- {name}: " + "; ".join(f"{k} {v}" for k, v in found.items()))
+
+
+if __name__ == "__main__":
+    main()
