@@ -222,6 +222,28 @@ def spec_of(overrides, stage: str = "evaluate") -> RunSpec:
     return spec(compose(list(overrides)), stage)
 
 
+def experiment_row(experiment: str) -> dict:
+    """What a row file (``conf/experiment/<table>/<row>.yaml``) says about its table row (``row``; not settings)."""
+    from ark.config import compose
+
+    row = compose([f"+experiment={experiment}", "logger=none"]).get("row")
+    return resolved(row) if row is not None else {}
+
+
+def results_dir(overrides=()) -> Path:
+    """Where runs and tables are kept (``paths.results``) under ``overrides``."""
+    from ark.config import compose
+
+    return Path(compose(list(overrides)).paths.results)
+
+
+def report_settings(overrides=()) -> dict:
+    """The report's settings (``report``) under ``overrides``, as plain data."""
+    from ark.config import compose
+
+    return resolved(compose(list(overrides)).report)
+
+
 def check_files(spec: RunSpec) -> None:
     """The files an agent run of ``spec`` reads or writes besides its data, checked before any work: the student's
     adapter, the LLM response cache."""

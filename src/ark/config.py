@@ -27,22 +27,6 @@ def compose(overrides=(), hydra_config: bool = False):
         raise UserError(composition_error(e)) from None
 
 
-def experiment_row(experiment: str) -> dict:
-    """What a row file (``conf/experiment/<table>/<row>.yaml``) says about its table row (``row``; not settings)."""
-    row = compose([f"+experiment={experiment}", "logger=none"]).get("row")
-    return resolved(row) if row is not None else {}
-
-
-def results_dir(overrides=()) -> Path:
-    """Where runs and tables are kept (``paths.results``) under ``overrides``."""
-    return Path(compose(list(overrides)).paths.results)
-
-
-def report_settings(overrides=()) -> dict:
-    """The report's settings (``report``) under ``overrides``, as plain data."""
-    return resolved(compose(list(overrides)).report)
-
-
 def composition_error(e: Exception) -> str:
     """Hydra's multi-line message (and its cause's first line) on one line."""
     lines = []

@@ -72,7 +72,7 @@ def execute_all(notebooks: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":  # python -m ark.report.notebook: the executed copies, as the report stage writes them
-    from ark.config import report_settings
+    from ark.build import report_settings
 
     report = report_settings()
     for p in execute_all(Path(report["notebooks"]), Path(report["executed"])):

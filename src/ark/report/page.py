@@ -279,7 +279,7 @@ def load_for_page(run_dir: Path, overrides=()) -> tuple:
 
 def run_page(run: str, out: str | Path, overrides: list[str] = (), max_queries: int = MAX_QUERIES) -> Path:
     """Write the page of ``run`` (as ``ark show`` names runs) to ``out``."""
-    from ark.config import results_dir
+    from ark.build import results_dir
     from ark.report.show import find_run
 
     run_dir = find_run(run, results_dir(overrides))

@@ -99,7 +99,7 @@ def row_settings(experiment: str) -> dict:
     """What a row file says about its row (``row``): its label and order in its table, the stage of its runs
     (``stage``: evaluate unless it says baseline or hpo_baseline), and the query sets it has runs on (``query_sets``:
     every one unless it names them)."""
-    from ark.config import experiment_row
+    from ark.build import experiment_row
 
     return experiment_row(experiment)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ark.agent.records import QueryRecord, Trajectory
-from ark.config import results_dir
+from ark.build import results_dir
 from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import queries_of_run, run_graph
