@@ -161,8 +161,8 @@ def figure4(runs, distill_dir: Path, graphs: dict[str, str], out: Path) -> list[
             ax.errorbar([0], [base.value], yerr=[[base.value - base.lo], [base.hi - base.value]], fmt="X",
                         color=VERMILLION, ms=9, capsize=3, clip_on=False, label="base SmolLM2")
         ax.set_xlabel("teacher trajectories")
-        ax.set_ylabel(f"Hit@1 (x100), first {n} test queries")
-        ax.set_title(f"{q} on {graph}, n={n}", fontsize=9)
+        ax.set_ylabel("Hit@1 (x100)")
+        ax.set_title(f"{q} on {graph}, the sample's first n={n}", fontsize=9)
         ax.set_ylim(-3, 103)  # lines at 0 and 100 (base model, a perfect teacher) stay inside the frame
         ax.set_xlim(-3, 1.2 * max(xs))
     legend = {}  # one legend, right of the panels, where it covers no point
@@ -170,7 +170,8 @@ def figure4(runs, distill_dir: Path, graphs: dict[str, str], out: Path) -> list[
         legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
     axes[0][-1].legend(legend.values(), legend.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1),
                        frameon=False)
-    fig.suptitle("Figure 4: distillation budget on BioKG, test split, 1 agent", fontsize=10)
+    fig.suptitle("Figure 4: distillation budget on BioKG, 1 agent, Table 5's publication-spread sample of the test "
+                 "split", fontsize=10)
     return [_save(fig, out / "figure4_distillation_budget.png")]
 
 
