@@ -48,3 +48,55 @@ def test_ark_mcp_serves_the_agents_read_only_tools_with_their_observations(tiny_
         assert result.is_error == (expected.error is not None)
     assert "Ectopia lentis" in results[0].content[0].text and results[2].is_error
     assert results[3].is_error and "unknown tool" in results[3].content[0].text
+
+
+BAD_LINES = [  # (what a careless or hostile client sends, the JSON-RPC error code it gets)
+    (b'{"jsonrpc":"2.0","id":5,"method":"tools/list"', -32700),  # no closing brace
+    (b"\xff\xfe\x00garbage", -32700),
+    (b"[1,2,3]", -32600),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]', -32600),  # a batch
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600),
+    (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600),
+    (b'{"jsonrpc":"1.0","id":3,"method":"ping"}', -32600),
+    (b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search_in_graph","arguments":{"query":'
+     + b"[" * 100_000 + b"]" * 100_000 + b"}}}", -32600),
+    (b"x" * (3 << 20), -32600),  # 3 MiB in one line: dropped as it streams
+]
+
+
+def test_every_line_a_client_sends_gets_an_answer(tiny_project):
+    """Raw stdio: each malformed line is answered with its JSON-RPC error and id null, and the server goes on to
+    answer a well-formed request after them; tool arguments of the wrong JSON type and over-long names are refused
+    in one short line."""
+    import json
+    import subprocess
+
+    overrides = tiny_project + ["retriever.params.stemmer=null"]
+    build_index(compose_cfg(overrides))
+    proc = subprocess.Popen([sys.executable, "-m", "ark.cli", "mcp", *overrides], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+    calls = [{"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+              "params": {"name": "search_in_graph", "arguments": {"query": "lens", "size": 1e9}}},
+             {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "n" * 100_000, "arguments": {}}},
+             {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}]
+    lines = [line for line, _ in BAD_LINES] + [json.dumps(m).encode() for m in [init, *calls]]
+    proc.stdin.write(b"\n".join(lines) + b"\n")
+    proc.stdin.flush()
+    replies = []  # read until every line is answered (closing stdin first would end the session mid-call)
+    while len(replies) < len(BAD_LINES) + 1 + len(calls):
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()[-2000:]
+        replies.append(json.loads(line))
+    proc.stdin.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err[-2000:]
+    errors = [r for r in replies if "error" in r]
+    assert [(r["id"], r["error"]["code"]) for r in errors] == [(None, code) for _, code in BAD_LINES], err[-2000:]
+    by_id = {r["id"]: r for r in replies if "result" in r}
+    assert by_id[1]["result"]["serverInfo"]["name"].startswith("ark")
+    size, name = by_id[7]["result"], by_id[8]["result"]
+    assert size["isError"] and "size must be an integer" in size["content"][0]["text"]
+    assert name["isError"] and len(name["content"][0]["text"]) < 300
+    assert [t["name"] for t in by_id[9]["result"]["tools"]] == ["search_in_graph", "search_in_neighborhood"]
