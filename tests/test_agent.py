@@ -366,6 +366,21 @@ def test_ark_ask_shows_the_trajectory_and_the_named_answer(tiny_project):
     assert "note: the rules backbone is a scripted policy" in text
 
 
+def test_ark_ask_whose_every_model_call_fails_exits_1_in_one_line(tiny_project, tmp_path, capsys):
+    from ark.cli import main
+    from ark.llm.fake import ScriptedEndpoint
+
+    build_index(compose_cfg(tiny_project + ["retriever.params.stemmer=null"]))
+    with ScriptedEndpoint(fail_first=10**6, status=500).serve() as server:
+        code = main(["ask", "--json", str(tmp_path / "out.json"), "Which finding of the lens of the eye",
+                     *tiny_project, "retriever.params.stemmer=null", "backbone=gpt-4.1", "backbone.model=openai/fake",
+                     f"backbone.api_base={server.url}", "backbone.api_key_env=null", "llm.cache=null",
+                     "agent.n_agents=2", "llm.retry.max_attempts=2", "llm.retry.base_delay=0.01"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("incomplete: every agent's model calls failed (2 of 2 agents")
+    assert not (tmp_path / "out.json").exists()  # no answer file for a question nobody answered
+
+
 def test_ark_ask_shows_each_agent_whose_path_differs():
     import io
 
