@@ -560,8 +560,8 @@ def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path
 @pytest.mark.parametrize("question, extra, message", [
     ("   ", [], "the question is empty"),
     ("x" * 5000, ["limits.query_chars=4000"], "the question has 5,000 characters, over limits.query_chars=4,000"),
-    ("slender fingers", ["--json", "{p}"], "not a file in an existing directory"),  # a directory
-    ("slender fingers", ["--json", "{p}/no/such/dir/out.json"], "not a file in an existing directory"),
+    ("slender fingers", ["--json", "{p}"], "exists and is not a regular file"),  # a directory
+    ("slender fingers", ["--json", "{p}/no/such/dir/out.json"], "no directory"),
 ], ids=["ask-empty", "ask-too-long", "ask-json-a-directory", "ask-json-nowhere"])
 def test_ark_ask_checks_its_question_and_json_path_before_the_run(template, tmp_path, capsys, question, extra,
                                                                   message):

@@ -78,3 +78,30 @@ def test_page_data_cannot_close_its_script_element():
     text = script_json({"name": "</script><script>alert(1)</script>", "amp": "&lt;"})
     assert "<" not in text and ">" not in text and "&" not in text
     assert json.loads(text) == {"name": "</script><script>alert(1)</script>", "amp": "&lt;"}
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "fifo", "long", "/proc/ark.html"])
+def test_html_writes_only_a_regular_file_and_says_why_not_in_one_line(target, tmp_path, capsys, monkeypatch):
+    import os
+    import stat
+
+    from ark.cli import main
+
+    monkeypatch.chdir(ROOT)
+    path = {"fifo": tmp_path / "fifo", "long": tmp_path / ("a" * 300 + ".html")}.get(target, Path(target))
+    if target == "fifo":
+        os.mkfifo(path)
+    code = main(["show", "results/examples/ark-synthetic", f"paths.data={tmp_path}/no-data", "--html", str(path)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --html {path}"), lines
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # still the device, not a page
+    if target == "fifo":
+        assert stat.S_ISFIFO(os.stat(path).st_mode)
+
+
+def test_html_pages_hold_at_least_one_query(capsys):
+    from ark.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", "results/examples/ark-synthetic", "--html", "/tmp/x.html", "--max-queries", "-1"])
+    assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err

@@ -22,8 +22,8 @@ class Printer:
     """``ark ask``'s live trace: the first agent's steps as they happen; each other agent's after the run, or one
     line where they are the first agent's steps again (a deterministic policy's agents all take the same path)."""
 
-    def __init__(self, max_lines: int, out=sys.stdout):
-        self.max_lines, self.out = max_lines, out
+    def __init__(self, max_lines: int, out=None):
+        self.max_lines, self.out = max_lines, out or sys.stdout
         self.steps: dict[int, list[str]] = {}  # agent -> its lines, without the tag
         self.counts: dict[int, set[int]] = {}  # agent -> its steps
 
@@ -68,7 +68,8 @@ class Printer:
                   file=self.out)
 
 
-def ask(question: str, overrides: list[str], max_lines: int = 8, out=sys.stdout):
+def ask(question: str, overrides: list[str], max_lines: int = 8, out=None):
+    out = out or sys.stdout  # looked up now: a test or a caller may have replaced it since import
     from ark import build
     from ark.report.show import printable
     from ark.runs.execute import agents
@@ -143,6 +144,26 @@ def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
     return {"queries": n, "cost_usd": cost, "total_queries": total, "estimate_usd": per_query * total}
 
 
+def at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """A file the CLI writes on the user's say (``--json``, ``--html``): a regular file or nothing yet, in an existing
+    directory. Never a device, FIFO, socket or directory, which a write (or the atomic rename over it) would replace."""
+    try:
+        exists, regular = path.exists(), path.is_file()
+    except OSError as e:  # a name too long for the file system
+        raise UserError(f"{flag} {path}: {e.strerror or e}") from None
+    if exists and not regular:
+        raise UserError(f"{flag} {path}: exists and is not a regular file (a device, FIFO, socket or directory)")
+    if not path.parent.is_dir():
+        raise UserError(f"{flag} {path}: no directory {path.parent}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ark", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -157,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
     p.add_argument("--html", type=Path, help="write the run as one self-contained web page to this file instead")
-    p.add_argument("--max-queries", type=int, default=500, help="with --html: the queries the page holds")
+    p.add_argument("--max-queries", type=at_least_one, default=500, help="with --html: the queries the page holds")
     p = sub.add_parser("mcp", help="serve the graph's read-only tools over MCP (stdio), for any MCP client")
     p.add_argument("overrides", nargs="*", help="Hydra overrides choosing the graph and tools, e.g. dataset=biokg "
                                                 "retriever=bm25 agent=ark_v1")
@@ -168,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "ask" and args.json is not None:  # before the run, whose result it is to keep
-            if args.json.is_dir() or not args.json.parent.is_dir():
-                raise UserError(f"--json {args.json}: not a file in an existing directory")
+            check_output_file(args.json, "--json")
         if args.command in ("ask", "estimate", "mcp"):
             check_overrides(args.overrides)
         if args.command == "mcp":
@@ -187,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.html is not None:
                 from ark.report.page import run_page
 
-                if args.html.is_dir() or not args.html.parent.is_dir():
-                    raise UserError(f"--html {args.html}: not a file in an existing directory")
-                print(run_page(args.run, args.html, args.overrides, args.max_queries))
+                check_output_file(args.html, "--html")
+                try:
+                    print(run_page(args.run, args.html, args.overrides, args.max_queries))
+                except OSError as e:  # a name too long, a directory that takes no files (/proc), a full disk
+                    raise UserError(f"--html {args.html}: {e.strerror or e}") from None
                 return 0
             try:
                 show(args.run, args.query, args.max_lines, args.overrides)
@@ -207,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: what was done is kept; the same command resumes a run", file=sys.stderr)
         return 130
     if args.json:
-        args.json.write_text(json.dumps(record.to_dict(), indent=1))
+        try:
+            args.json.write_text(json.dumps(record.to_dict(), indent=1))
+        except OSError as e:
+            print(f"error: --json {args.json}: {e.strerror or e}", file=sys.stderr)
+            return 2
     return 0
 
 
