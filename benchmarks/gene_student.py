@@ -29,11 +29,25 @@ EVALUATED = ("teacher", "student", "student_mid", "student_small")
 
 
 def tool_calls(trajectory) -> list[tuple[str, dict]]:
-    """(name, arguments) of each tool call in a trajectory's messages."""
+    """(name, arguments) of each tool call in a trajectory's messages: native ``tool_calls``, or the JSON objects
+    ``{"name": …, "arguments": …}`` of a reply in the text protocol (the students' rendering)."""
     out = []
+    decoder = json.JSONDecoder()
     for m in trajectory.messages:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
+        if m.get("role") != "assistant":
+            continue
+        calls = [c.get("function") or {} for c in m.get("tool_calls") or []]
+        text, i = m.get("content") or "", 0
+        while (i := text.find("{", i)) >= 0:
+            try:
+                value, end = decoder.raw_decode(text, i)
+            except ValueError:
+                i += 1
+                continue
+            if isinstance(value, dict) and "name" in value:
+                calls.append(value)
+            i = end
+        for fn in calls:
             args = fn.get("arguments")
             try:
                 args = json.loads(args) if isinstance(args, str) else (args or {})
