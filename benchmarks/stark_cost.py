@@ -60,7 +60,8 @@ def tool_schemas(config) -> list[dict] | None:
     summary = json.loads((graph_dir / "summary.json").read_text())
     graph = SimpleNamespace(num_nodes=summary["num_nodes"], node_type_names=schema["node_types"],
                             relation_names=schema["relations"])
-    return Toolbox(graph, None, ToolConfig.from_cfg(config.ablation, config.agent)).schemas()
+    relevance = SimpleNamespace(name=str(config.retriever.name))  # the schemas name the relevance function only
+    return Toolbox(graph, relevance, ToolConfig.from_cfg(config.ablation, config.agent)).schemas()
 
 
 def recount(messages: list[dict], model: str, tools: list[dict] | None) -> list[list[int]]:
