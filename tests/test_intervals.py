@@ -92,6 +92,32 @@ def test_a_paired_difference_sees_a_real_gap_and_not_a_null_one():
     assert sum(rejected) <= 9
 
 
+def test_a_paired_difference_is_never_a_point_where_every_query_ties():
+    both_zero = paired([0.0] * 60, [0.0] * 60, list(range(60)))
+    assert both_zero.value == 0 and both_zero.lo < -0.03 and both_zero.hi > 0.03 and both_zero.p == 1.0
+    always_better = paired([1.0] * 20, [0.0] * 20, list(range(20)))
+    assert always_better.value == 1 and 0.7 < always_better.lo < 1 and always_better.hi == 1
+
+
+@pytest.mark.parametrize("rates", [(0.0, 0.0), (0.05, 0.0), (0.05, 0.05), (0.5, 0.3)])
+def test_a_paired_interval_covers_the_true_difference_about_95_percent_of_the_time(rates):
+    """400 simulated pairs of runs per n: the first method's hits clustered like the case reports, the second's
+    independent. Every setting holds the true difference at least 0.9 of the time (a 400-draw share has a standard
+    error of ~1.1 points) and about 0.95 over all; few publications (n = 20) included."""
+    a_rate, b_rate = rates
+    rng = np.random.default_rng(int(a_rate * 100 + b_rate * 10))
+    shares = []
+    for n in (20, 40, 60):
+        held = 0
+        for _ in range(400):
+            a, units = case_reports(rng, a_rate, n)
+            e = paired(a, (rng.random(n) < b_rate).astype(float), units, replicates=500)
+            held += e.lo <= a_rate - b_rate <= e.hi
+        shares.append(held / 400)
+    assert min(shares) >= 0.9, shares
+    assert np.mean(shares) >= 0.94, shares
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError):
         mean_interval([], [])
