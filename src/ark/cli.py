@@ -2,6 +2,7 @@
 ``ark show <run> [query]``: print one query's stored trajectories (``ark.report.show``); no query: list them.
 ``ark estimate [overrides]``: run the first few queries of an evaluation and price the whole of it.
 ``ark mcp [overrides]``: serve the graph's read-only tools over the Model Context Protocol (stdio).
+``ark compare A B [C …]``: each later run minus the first, per metric, with paired intervals (``ark.report.compare``).
 
 Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
 ``ark show evaluate@rules-synthetic 0``
@@ -182,13 +183,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("mcp", help="serve the graph's read-only tools over MCP (stdio), for any MCP client")
     p.add_argument("overrides", nargs="*", help="Hydra overrides choosing the graph and tools, e.g. dataset=biokg "
                                                 "retriever=bm25 agent=ark_v1")
+    p = sub.add_parser("compare", help="each later run minus the first on the queries both scored, with intervals")
+    p.add_argument("runs", nargs="+", help="runs as `ark show` takes them: a run directory, a published entry "
+                                           "results/<stage>/<entry>/ or <stage>@<entry>; the first is the reference")
+    p.add_argument("--any-queries", action="store_true",
+                   help="compare runs scored on different query sets, splits or graphs (on the ids both scored)")
+    p.add_argument("--json", type=Path, help="also write the comparison to this file")
+    p.add_argument("--paths", nargs="*", default=[], metavar="OVERRIDE",
+                   help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p = sub.add_parser("estimate", help="price an evaluation from its first queries")
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluation, e.g. dataset=stark_prime "
                                                 "queries=stark backbone=gpt-4.1")
     p.add_argument("--queries", type=int, default=3, help="how many first queries to run")
     args = parser.parse_args(argv)
     try:
-        if args.command == "ask" and args.json is not None:  # before the run, whose result it is to keep
+        if args.command in ("ask", "compare") and args.json is not None:  # before the work whose result it keeps
             check_output_file(args.json, "--json")
         if args.command in ("ask", "estimate", "mcp"):
             check_overrides(args.overrides)
@@ -197,6 +206,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "estimate":
             estimate(args.overrides, args.queries)
+            return 0
+        if args.command == "compare":
+            from ark.report.compare import compare, text
+
+            result = compare(args.runs, tuple(args.paths), args.any_queries)
+            print(text(result))
+            if args.json is not None:
+                try:
+                    args.json.write_text(json.dumps(result, indent=1))
+                except OSError as e:
+                    raise UserError(f"--json {args.json}: {e.strerror or e}") from None
             return 0
         if args.command == "show":
             from ark.report.show import show

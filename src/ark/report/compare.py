@@ -1,0 +1,89 @@
+"""``ark compare A B [C …]``: each later run against the first, on the queries both scored.
+
+For every metric: each run's mean with its interval, the paired difference (later run minus the first) with the
+interval and p the report uses for Table 1's paired table (``ark.report.intervals``: the publication is the unit
+resampled for case reports, the query for synthetic queries), how many queries both scored and how many only one did.
+Runs scored on different query sets, splits or graphs are refused unless ``any_queries`` (the difference would then
+compare different questions, or the same questions on graphs that hold different answers).
+"""
+from __future__ import annotations
+
+from ark.build import results_dir
+from ark.errors import UserError
+from ark.report.intervals import METHOD
+from ark.report.runs import RunData, load_runs
+from ark.report.show import find_run
+from ark.report.tables.cells import estimate, paired_difference
+
+METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
+
+
+def load(spec: str, overrides: tuple) -> RunData:
+    """The finished run ``spec`` names (a run directory, a published entry or ``<stage>@<entry>``)."""
+    run_dir = find_run(spec, results_dir(list(overrides)))
+    found = [r for r in load_runs([run_dir], overrides) if r.dir.resolve() == run_dir.resolve()]
+    if not found:
+        raise UserError(f"{spec}: {run_dir} is not a finished run (it has no metrics.json or scores.jsonl)")
+    return found[0]
+
+
+def scored_on(run: RunData) -> dict:
+    """What a run's numbers are about: its graph (with its cut), its query set and its split."""
+    return {"graph": run.config["dataset"], "queries": run.config["queries"], "split": run.config["split"]}
+
+
+def described(run: RunData) -> str:
+    return f"{run.config['queries']['name']} on {run.config['dataset']['name']}, {run.config['split']}"
+
+
+def compare(specs: list[str], overrides: tuple = (), any_queries: bool = False) -> dict:
+    """The comparison as a plain dict (``--json`` writes it; ``text`` renders it)."""
+    if len(specs) < 2:
+        raise UserError("ark compare needs at least two runs: the first is the one the others are compared with")
+    runs = [load(s, tuple(overrides)) for s in specs]
+    first = runs[0]
+    for spec, run in zip(specs[1:], runs[1:]):
+        if not any_queries and scored_on(run) != scored_on(first):
+            raise UserError(f"{spec} was scored on {described(run)}, {specs[0]} on {described(first)} (or on another "
+                            f"cut of the graph); --any-queries compares them anyway, on the query ids both scored")
+    out = {"method": METHOD, "runs": [{"run": s, "dir": str(r.dir), "scored_on": described(r),
+                                       "metrics": {m: _plain(estimate(r, m)) for m in METRICS}}
+                                      for s, r in zip(specs, runs)], "comparisons": []}
+    for spec, run in zip(specs[1:], runs[1:]):
+        diffs = {m: paired_difference(run, first, m) for m in METRICS}
+        ids, first_ids = set(run.scores), set(first.scores)
+        out["comparisons"].append({
+            "run": spec, "minus": specs[0], "n": max((n for _, n in diffs.values()), default=0),
+            "only_in_run": len(ids - first_ids), "only_in_first": len(first_ids - ids),
+            "difference": {m: _plain(e) for m, (e, _) in diffs.items()}})
+    return out
+
+
+def _plain(e) -> dict | None:
+    return None if e is None else {k: v for k, v in vars(e).items() if v is not None}
+
+
+def _cell(e: dict | None, with_p: bool = False) -> str:
+    if e is None:
+        return "-"
+    text = f"{e['value']:.2f} [{e['lo']:.1f}, {e['hi']:.1f}]"
+    if not with_p or "p" not in e:
+        return text
+    return text + (f" p={e['p']:.3f}" if e["p"] >= 0.001 else " p<0.001")
+
+
+def text(result: dict) -> str:
+    """The comparison as the terminal shows it (every number x100)."""
+    lines = ["runs (each metric x100 with its 95 % interval):"]
+    for i, r in enumerate(result["runs"]):
+        lines.append(f"  [{i}] {r['run']} ({r['scored_on']}): "
+                     + "; ".join(f"{m} {_cell(e)}" for m, e in r["metrics"].items()))
+    for c in result["comparisons"]:
+        lines.append(f"{c['run']} minus {c['minus']} on the {c['n']} queries both scored "
+                     f"({c['only_in_run']} only in {c['run']}, {c['only_in_first']} only in {c['minus']}):")
+        for m, e in c["difference"].items():
+            verdict = "" if e is None else ("  (interval covers 0: not established)" if e["lo"] <= 0 <= e["hi"]
+                                            else "")
+            lines.append(f"  {m:<10} {_cell(e, True)}{verdict}")
+    lines.append(f"Intervals: {result['method']}.")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""``ark compare``: two real runs on the tiny graph (BM25 and the scripted policy), compared query by query."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ark.cli import main
+from ark.report.compare import compare
+from ark.report.intervals import paired
+from tests.conftest import compose_cfg
+
+
+@pytest.fixture
+def two_runs(tiny_project, tmp_path):
+    """(BM25's run directory, the rules policy's, overrides): both on the tiny graph's 3 test queries."""
+    from ark.stages import baseline, build_index, evaluate
+
+    base = tiny_project + ["eval.progress=false", "retriever.params.stemmer=null"]
+    build_index.run(compose_cfg(base))
+    results = tmp_path / "results" / "runs"
+    bm25 = baseline.run(compose_cfg(base + [f"run.root={results}/baseline/bm25"]))["run_dir"]
+    rules = evaluate.run(compose_cfg(base + ["backbone=rules", f"run.root={results}/evaluate/rules"]))["run_dir"]
+    return Path(bm25), Path(rules), tiny_project
+
+
+def scores(run_dir: Path) -> dict:
+    return {s["id"]: s for s in map(json.loads, (run_dir / "scores.jsonl").read_text().splitlines())}
+
+
+def test_the_difference_is_the_paired_one_on_the_queries_both_scored(two_runs):
+    bm25, rules, overrides = two_runs
+    result = compare([str(bm25), str(rules)], tuple(overrides))
+    (c,) = result["comparisons"]
+    a, b = scores(bm25), scores(rules)
+    assert c["n"] == 3 and c["only_in_run"] == c["only_in_first"] == 0
+    for metric in ("hit@1", "mrr"):
+        ids = sorted(a)
+        expected = paired([b[i][metric] for i in ids], [a[i][metric] for i in ids], ids).scaled(100)
+        got = c["difference"][metric]
+        assert (got["value"], got["lo"], got["hi"], got["p"]) == (expected.value, expected.lo, expected.hi, expected.p)
+        assert got["value"] == pytest.approx(100 * np.mean([b[i][metric] - a[i][metric] for i in ids]), abs=0.01)
+    assert [r["metrics"]["hit@1"]["lo"] <= r["metrics"]["hit@1"]["value"] <= r["metrics"]["hit@1"]["hi"]
+            for r in result["runs"]] == [True, True]
+
+
+def test_the_cli_prints_the_comparison_and_writes_json(two_runs, capsys, tmp_path):
+    bm25, rules, overrides = two_runs
+    out = tmp_path / "compare.json"
+    assert main(["compare", str(bm25), str(rules), "--json", str(out), "--paths", *overrides]) == 0
+    printed = capsys.readouterr().out
+    written = json.loads(out.read_text())
+    hit1 = written["comparisons"][0]["difference"]["hit@1"]
+    assert f"{rules} minus {bm25} on the 3 queries both scored" in printed
+    assert f"hit@1      {hit1['value']:.2f} [{hit1['lo']:.1f}, {hit1['hi']:.1f}]" in printed
+
+
+def test_runs_on_other_queries_are_refused_in_one_line_unless_asked(two_runs, capsys, tmp_path):
+    bm25, rules, overrides = two_runs
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in bm25.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    config = (other / "config.yaml").read_text()
+    (other / "config.yaml").write_text(config.replace("split: test", "split: val"))
+    queries = Path(compose_cfg(overrides).dataset.queries_dir)  # the same questions, filed as the val split
+    (queries / "val.jsonl").write_text((queries / "test.jsonl").read_text())
+    assert main(["compare", str(bm25), str(other), "--paths", *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--any-queries" in err and len(err.splitlines()) == 1
+    assert main(["compare", str(bm25), str(other), "--any-queries", "--paths", *overrides]) == 0
+    assert main(["compare", str(bm25), "--paths", *overrides]) == 2
+    assert main(["compare", str(bm25), str(tmp_path / "nowhere"), "--paths", *overrides]) == 2
