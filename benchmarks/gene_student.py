@@ -5,8 +5,14 @@
 2. On the gene questions of Table 5 (``evaluate@{teacher,student,student_mid,student_small}-phenopackets_gene``):
    per run, the tool calls by name, the ``node_type`` arguments, the type of the first answer node, and how many
    queries have a gene anywhere in the answer.
+3. With ``--probe K``: the choice after the search. On the first K teacher trajectories of each query set, the
+   model is shown the teacher's conversation up to its second reply (the question, its search and the search's
+   result) and scored on the two ways that reply can begin: log P('{"name": "search_in_neighborhood"') minus
+   log P('{"name": "add_to_answer"'), for the base model and each student (float32, so the same on every CPU).
+   The teacher explores the neighborhood there on gene questions and answers at once on disease questions; a
+   student that tells them apart scores higher on the first.
 
-    python benchmarks/gene_student.py [--runs results/runs] [--json]
+    python benchmarks/gene_student.py [--runs results/runs] [--json] [--probe 8 --students data/students]
 
 Reads the run directories (DVC outputs: ``dvc repro`` or ``make pull`` first) and the graphs they name.
 """
@@ -82,10 +88,56 @@ def describe(config: dict, records: list[QueryRecord]) -> dict:
             "trajectories with a gene in the answer": with_gene}
 
 
+CHOICES = ('{"name": "add_to_answer"', '{"name": "search_in_neighborhood"')
+
+
+def probe(runs: Path, students: Path, k: int) -> dict:
+    """{model: {teacher run: [log-odds of exploring over answering at the teacher's second reply]}}."""
+    import torch
+
+    from ark.build import spec, toolbox
+    from ark.config import compose
+    from ark.distill.sft import sample_turns
+    from ark.llm.weights import apply_adapter, default_gguf_path, load_gguf
+
+    cfg = compose(["dataset=biokg", "distill=embedded"])
+    tools = toolbox(spec(cfg, "distill")).schemas()  # the tool list the students were trained with
+    prefixes = {}
+    for entry in sorted((runs / "collect").glob("*")):
+        for run_dir in sorted(p.parent for p in entry.glob("*/config.yaml")):
+            prefixes[entry.name] = [sample_turns(r.agents[0].messages, tools) for r in load_run(run_dir)[1][:k]]
+    out = {}
+    for name in ["base"] + sorted(p.parent.name for p in students.glob("*/adapter_config.json")):
+        model, tokenizer = load_gguf(default_gguf_path(), "float32", cfg.paths.models)
+        if name != "base":
+            model = apply_adapter(model, students / name)
+        model.eval()
+        out[name] = {}
+        for teacher, conversations in prefixes.items():
+            odds = []
+            for turns in conversations:
+                second = [i for i, t in enumerate(turns) if t["role"] == "assistant"][1]
+                prompt = tokenizer(tokenizer.apply_chat_template(turns[:second], tokenize=False,
+                                                                 add_generation_prompt=True),
+                                   add_special_tokens=False)["input_ids"]
+                logp = []
+                for choice in CHOICES:
+                    cont = tokenizer(choice, add_special_tokens=False)["input_ids"]
+                    with torch.no_grad():
+                        scores = model(torch.tensor([prompt + cont])).logits[0].float().log_softmax(-1)
+                    logp.append(sum(scores[len(prompt) + i - 1, t].item() for i, t in enumerate(cont)))
+                odds.append(round(logp[1] - logp[0], 2))
+            out[name][teacher] = odds
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=ROOT / "results" / "runs")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--probe", type=int, default=0, metavar="K",
+                        help="also score the choice after the search on the first K teacher trajectories of each set")
+    parser.add_argument("--students", type=Path, default=ROOT / "data" / "students")
     args = parser.parse_args()
     out = {"machine": machine(), "training": {}, "gene questions": {}}
     for entry in sorted((args.runs / "collect").glob("*")):
@@ -98,6 +150,8 @@ def main() -> None:
             out["gene questions"][name] = describe(config, records)
     if not out["training"] and not out["gene questions"]:
         raise SystemExit(f"no collect or Table 5 gene runs under {args.runs}: run dvc repro first")
+    if args.probe:
+        out["choice after the search"] = probe(args.runs, args.students, args.probe)
     if args.json:
         print(json.dumps(out, indent=1))
         return
@@ -106,6 +160,12 @@ def main() -> None:
         print(f"\n## {part}")
         for name, found in out[part].items():
             print(f"- {name}: " + "; ".join(f"{k} {v}" for k, v in found.items()))
+    if args.probe:
+        print("\n## choice after the search: log P(search_in_neighborhood) - log P(add_to_answer) at the teacher's "
+              "second reply (mean; each trajectory)")
+        for name, found in out["choice after the search"].items():
+            for teacher, odds in found.items():
+                print(f"- {name} on {teacher}: {sum(odds) / len(odds):+.2f}; {odds}")
 
 
 if __name__ == "__main__":
