@@ -2,6 +2,7 @@
 ``ark show <run> [query]``: print one query's stored trajectories (``ark.report.show``); no query: list them.
 ``ark estimate [overrides]``: run the first few queries of an evaluation and price the whole of it.
 ``ark mcp [overrides]``: serve the graph's read-only tools over the Model Context Protocol (stdio).
+``ark serve [overrides]``: the embedded model or a student as an OpenAI-compatible server (``ark.serve``).
 ``ark compare A B [C …]``: each later run minus the first, per metric, with paired intervals (``ark.report.compare``).
 
 Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
@@ -183,6 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("mcp", help="serve the graph's read-only tools over MCP (stdio), for any MCP client")
     p.add_argument("overrides", nargs="*", help="Hydra overrides choosing the graph and tools, e.g. dataset=biokg "
                                                 "retriever=bm25 agent=ark_v1")
+    p = sub.add_parser("serve", help="serve the embedded model or a student (backbone=student) over an "
+                                     "OpenAI-compatible API until Ctrl-C",
+                       description="Serve the embedded SmolLM2, or a distilled student (backbone=student, or "
+                                   "backbone.local.adapter=<dir>), at http://HOST:PORT/v1 (GET /v1/models, POST "
+                                   "/v1/chat/completions with tools). Once it listens it prints how to point a run, "
+                                   "curl, the openai client or litellm at it.")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. backbone=student backbone.local.dtype=float32")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
     p = sub.add_parser("compare", help="each later run minus the first on the queries both scored, with intervals")
     p.add_argument("runs", nargs="+", help="runs as `ark show` takes them: a run directory, a published entry "
                                            "results/<stage>/<entry>/ or <stage>@<entry>; the first is the reference")
@@ -199,8 +209,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("ask", "compare") and args.json is not None:  # before the work whose result it keeps
             check_output_file(args.json, "--json")
-        if args.command in ("ask", "estimate", "mcp"):
+        if args.command in ("ask", "estimate", "mcp", "serve"):
             check_overrides(args.overrides)
+        if args.command == "serve":
+            from ark.serve import serve
+
+            try:
+                serve(args.overrides, args.host, args.port)
+            except KeyboardInterrupt:
+                print("stopped", file=sys.stderr)
+            return 0
         if args.command == "mcp":
             serve_tools(args.overrides)
             return 0
