@@ -94,19 +94,21 @@ def fresh_copy(target: Path) -> Path:
 
 
 def run_step(step: Step, tree: Path, venv: Path, timeout: float) -> Result:
-    """One step in ``tree`` with ``venv`` first on PATH and the copy's own sources imported; ``source`` lines are
-    what that PATH stands for."""
+    """One step in ``tree`` (a Python step in a new directory outside it) with ``venv`` first on PATH and the copy's
+    own sources imported; ``source`` lines are what that PATH stands for."""
     env = {**os.environ, "PATH": f"{venv.resolve() / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(tree / "src"), "VIRTUAL_ENV": str(venv.resolve())}
     env.pop("ARK_MIRROR", None)  # a stranger has no mirror
-    if step.language == "python":
+    cwd = tree
+    if step.language == "python":  # from outside the clone, as a notebook elsewhere would (ark.api finds the root)
         command = [str(venv / "bin" / "python"), "-c", step.code]
+        cwd = Path(tempfile.mkdtemp(prefix="ark-python-step-"))
     else:
         code = "\n".join(line for line in step.code.splitlines() if not line.startswith("source "))
         command = ["bash", "-eo", "pipefail", "-c", code]
     with tempfile.TemporaryFile() as log:
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = start + timeout
         while True:  # wait4: the step's own peak memory (its largest process), not this script's
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)
