@@ -211,6 +211,18 @@ def test_the_walkthroughs_commands_run_in_process(tmp_path, monkeypatch, capsys)
     assert answers == [[14, 13], [0, 1, 2, 3]]
     metrics = json.loads((Path(results["ark.stages.evaluate"]["run_dir"]) / "metrics.json").read_text())
     assert metrics["n_queries"] == 4 and metrics["hit@1"] == 0.75
+    # ark show rebuilds the run's own graph from its stored settings (dataset=tables dataset.name=...): names, marks
+    from ark.report.show import show
+
+    run_dir = results["ark.stages.evaluate"]["run_dir"]
+    records = [json.loads(line)["id"] for line in (Path(run_dir) / "records.jsonl").read_text().splitlines()]
+    shown = io.StringIO()
+    show(run_dir, "#0", out=shown)
+    text = shown.getvalue()
+    assert "(without" not in text and f"#0 {records[0]}" in text and "✓" in text
+    shown = io.StringIO()
+    show(run_dir, records[1], out=shown)
+    assert f"#1 {records[1]}" in shown.getvalue()
 
 
 def run_commands(commands: str, cwd: Path) -> str:

@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the full record (all messages) to this file")
     p = sub.add_parser("show", help="print one query's trajectories of a run (no query: list its queries)")
     p.add_argument("run", help="a run directory, a published entry results/<stage>/<entry>/, or <stage>@<entry>")
-    p.add_argument("query", nargs="?", help="a query id or a 0-based position in the run's records")
+    p.add_argument("query", nargs="?", help="a query id, or #N for the N-th (0-based) query of the run; a bare number "
+                                                 "is a position where no query has it as id")
     p.add_argument("overrides", nargs="*", help="Hydra overrides saying where data lives, e.g. paths.data=/data")
     p.add_argument("--max-lines", type=int, default=8, help="observation lines shown per tool call")
     p.add_argument("--html", type=Path, help="write the run as one self-contained web page to this file instead")

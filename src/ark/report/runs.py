@@ -67,7 +67,7 @@ class RunData:
         return queries_of_run(self.config, self.paths)
 
     def candidates(self):
-        return _candidates(self.config["dataset"]["name"], self.paths)
+        return _candidates(self.config["dataset"]["name"], self.paths, self.config["dataset"].get("kind"))
 
 
 def load_runs(roots, paths: tuple = ()) -> list[RunData]:
@@ -173,50 +173,56 @@ def _row_values(experiment: str, stage: str) -> dict:
     return out
 
 
-def dataset_spec(dataset: str, queries: str = "synthetic", paths: tuple = ()):
+def dataset_spec(dataset: str, queries: str = "synthetic", paths: tuple = (), kind: str | None = None):
     """A spec on a stored dataset and query set name: where their files are on this machine. A query set named only
-    on the command line (``queries.name=...``, no file in conf/queries/) is found by its name."""
+    on the command line (``queries.name=...``, no file in conf/queries/) is found by its name; so is a dataset
+    without a file of its own whose ``kind`` has one (an own graph: ``dataset=tables dataset.name=<name>``)."""
     from ark import build
     from ark.config import CONF
 
     group = "queries" if (CONF / "queries" / f"{queries}.yaml").is_file() else "queries.name"
-    return build.spec_of([f"dataset={dataset}", f"{group}={queries}", "logger=none", *paths], "baseline")
+    chosen = [f"dataset={dataset}"]
+    if not (CONF / "dataset" / f"{dataset}.yaml").is_file() and kind and (CONF / "dataset" / f"{kind}.yaml").is_file():
+        chosen = [f"dataset={kind}", f"dataset.name={dataset}"]
+    return build.spec_of([*chosen, f"{group}={queries}", "logger=none", *paths], "baseline")
 
 
 @lru_cache(maxsize=4)
-def _graph(dataset: str, paths: tuple = ()):
+def _graph(dataset: str, paths: tuple = (), kind: str | None = None):
     from ark.graph import Graph
 
-    return Graph.load(dataset_spec(dataset, paths=paths).dataset.graph_dir)
+    return Graph.load(dataset_spec(dataset, paths=paths, kind=kind).dataset.graph_dir)
 
 
 @lru_cache(maxsize=16)
-def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit, paths: tuple) -> list[dict]:
+def _queries(dataset: str, queries: str, split: str, subset_seed: int, limit, paths: tuple,
+             kind: str | None = None) -> list[dict]:
     from ark.data.queries import load_queries
 
-    rows = load_queries(dataset_spec(dataset, queries, paths).dataset.queries_dir, split, subset_seed)
+    rows = load_queries(dataset_spec(dataset, queries, paths, kind).dataset.queries_dir, split, subset_seed)
     return rows[:limit] if limit is not None else rows
 
 
 @lru_cache(maxsize=4)
-def _candidates(dataset: str, paths: tuple):
+def _candidates(dataset: str, paths: tuple, kind: str | None = None):
     from ark.eval.metrics import as_candidates
 
-    graph = _graph(dataset, paths)
+    graph = _graph(dataset, paths, kind)
     return as_candidates(graph.candidates())
 
 
-def graph(dataset: str, paths: tuple = ()):
-    return _graph(dataset, tuple(paths))
+def graph(dataset: str, paths: tuple = (), kind: str | None = None):
+    return _graph(dataset, tuple(paths), kind)
 
 
 def run_graph(config: dict, paths: tuple = ()):
-    """The graph a run's stored config names."""
-    return graph(config["dataset"]["name"], paths)
+    """The graph a run's stored config names (its dataset's name, and its kind where the name has no file)."""
+    return graph(config["dataset"]["name"], paths, config["dataset"].get("kind"))
 
 
 def queries_of_run(config: dict, paths: tuple = (), limit: bool = True) -> list[dict]:
     """The queries with their gold answers that a run's stored config names, as it read them (split, subset and,
     with ``limit``, its ``eval.limit``); ``paths``: overrides saying where this checkout keeps its data."""
     return _queries(config["dataset"]["name"], config["queries"]["name"], config["split"],
-                    config.get("subset_seed") or 0, config.get("eval.limit") if limit else None, tuple(paths))
+                    config.get("subset_seed") or 0, config.get("eval.limit") if limit else None, tuple(paths),
+                    config["dataset"].get("kind"))

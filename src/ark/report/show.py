@@ -91,13 +91,17 @@ def find_run(spec: str, results: Path) -> Path:
 
 
 def pick(records: list[QueryRecord], query: str, run: str) -> tuple[int, QueryRecord]:
-    """(position, record) of a query id or, failing that, a 0-based position."""
-    for i, record in enumerate(records):
-        if record.id == query:
-            return i, record
-    if query.isdigit() and int(query) < len(records):
-        return int(query), records[int(query)]
-    raise UserError(f"no query {query!r} in {run}: give a query id or a position 0..{len(records) - 1} "
+    """(position, record) of ``#N`` (a 0-based position), else of a query id, else of a bare number as a position
+    (where no query has that id: on a graph whose ids are numbers, ``1`` is the id and ``#1`` the position)."""
+    position = query[1:] if query.startswith("#") else None
+    if position is None:
+        for i, record in enumerate(records):
+            if record.id == query:
+                return i, record
+        position = query
+    if position.isdigit() and int(position) < len(records):
+        return int(position), records[int(position)]
+    raise UserError(f"no query {query!r} in {run}: give a query id, or #N for the N-th query (0..{len(records) - 1}) "
                     f"(`ark show {run}` lists them)")
 
 
@@ -125,7 +129,7 @@ def list_queries(run: str, run_dir: Path, config: dict, records: list[QueryRecor
         lines.append(cut(f"{i:>4}  {r.id:<{id_width}}  {hit:>5}  {steps:>5}  {calls:>5}  {r.query}"))
     hits = [scores[r.id]["hit@1"] for r in records if "hit@1" in scores.get(r.id, {})]
     mean = f", hit@1 {sum(hits) / len(hits):.3f} over {len(hits)} scored" if hits else " (no scores)"
-    lines += ["", f"{len(records)} queries{mean}. One query: ark show {run} <id or #>"]
+    lines += ["", f"{len(records)} queries{mean}. One query: ark show {run} <id>, or #N for the one in row N"]
     return "\n".join(lines)
 
 
