@@ -96,6 +96,7 @@ def test_every_line_a_client_sends_gets_an_answer(tiny_project):
     assert [(r["id"], r["error"]["code"]) for r in errors] == [(None, code) for _, code in BAD_LINES], err[-2000:]
     by_id = {r["id"]: r for r in replies if "result" in r}
     assert by_id[1]["result"]["serverInfo"]["name"].startswith("ark")
+    assert by_id[1]["result"]["serverInfo"]["version"] == __import__("ark").__version__  # not empty
     size, name = by_id[7]["result"], by_id[8]["result"]
     assert size["isError"] and "size must be an integer" in size["content"][0]["text"]
     assert name["isError"] and len(name["content"][0]["text"]) < 300

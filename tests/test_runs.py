@@ -496,6 +496,26 @@ def test_ark_estimate_prices_the_split_from_its_first_queries(tiny_rules, tmp_pa
     assert "(0 model calls made now" in out[1]
 
 
+def test_ark_estimate_that_cannot_price_says_so_in_one_line_without_its_removed_trial_run(tiny_rules, tmp_path,
+                                                                                          capsys):
+    """A cap below one call stops the trial run: one line, a non-zero exit, no path into the removed temporary
+    directory; --queries below 1 is refused before anything runs."""
+    from ark.cli import main
+
+    endpoint = ScriptedEndpoint()
+    with endpoint.serve() as server:
+        args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/gpt-4.1", f"backbone.api_base={server.url}",
+                             "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=1",
+                             f"llm.cache={tmp_path}/llm.sqlite", "eval.progress=false", "eval.max_cost_usd=0.00001"]
+        assert main(["estimate", *args, "--queries", "1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trial run" in err and "ark-estimate-" not in err, err
+    for bad in ("0", "-1"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["estimate", *tiny_rules, "--queries", bad])
+        assert exit_.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
 def test_rewritten_queries_are_another_run_not_a_resume(tiny_rules):
     """The same settings over a query file whose rows were rewritten (same ids, other text and answers): the run
     identity holds the file's content hash, so it is a new run with its own metrics, never the old records."""

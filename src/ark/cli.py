@@ -136,7 +136,11 @@ def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="ark-estimate-") as tmp:
         trial = compose([*overrides, f"eval.limit={min(first, total)}", f"run.root={tmp}/runs", "run.publish=null",
                          "logger=none", f"paths.logs={tmp}/logs"])
-        result = execute(build.spec(trial), "evaluate")
+        try:
+            result = execute(build.spec(trial), "evaluate")
+        except (IncompleteRun, RunFailed, UserError) as e:  # its paths name the trial run, removed on the way out
+            raise type(e)(f"the estimate's trial run on the first {min(first, total)} queries: "
+                          + str(e).replace(tmp, "<trial run>")) from None
     n, cost = result["n_queries"], result.get("cost_usd", 0.0)
     per_query = cost / n
     whole = per_query * total
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("estimate", help="price an evaluation from its first queries")
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluation, e.g. dataset=stark_prime "
                                                 "queries=stark backbone=gpt-4.1")
-    p.add_argument("--queries", type=int, default=3, help="how many first queries to run")
+    p.add_argument("--queries", type=at_least_one, default=3, help="how many first queries to run (at least 1)")
     args = parser.parse_args(argv)
     try:
         if args.command in ("ask", "compare") and args.json is not None:  # before the work whose result it keeps

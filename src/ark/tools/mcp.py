@@ -149,7 +149,10 @@ def server(toolbox, name: str = "ark") -> Server:
         return types.CallToolResult(content=[types.TextContent(type="text", text=observation.text)],
                                     is_error=observation.error is not None)
 
-    return Server(name, instructions=f"Read-only tools over the knowledge graph {name} (its node indexes are "
+    from ark import __version__
+
+    return Server(name, version=__version__,
+                  instructions=f"Read-only tools over the knowledge graph {name} (its node indexes are "
                   "what the tools print in brackets).",
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
