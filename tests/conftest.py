@@ -12,13 +12,14 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+SHARED = Path(os.environ["ARK_MIRROR"]) if os.environ.get("ARK_MIRROR") else ROOT.parent / "shared"
 
 
 @pytest.fixture
 def shared_dir() -> Path:
+    """The mirror of the public sources: ARK_MIRROR where set, else ../shared beside the clone."""
     if not SHARED.exists():
-        pytest.skip(f"{SHARED} not present")
+        pytest.skip(f"{SHARED} not present (set ARK_MIRROR to a mirror of the sources)")
     return SHARED
 
 
