@@ -17,7 +17,7 @@ LAYERS = [  # lowest first; DESIGN §3: stages/cli -> report -> runs.execute -> 
     ("ark.runs",),
     ("ark.distill",),
     ("ark.report",),
-    ("ark.stages", "ark.cli", "ark.stage_deps"),
+    ("ark.stages", "ark.cli", "ark.stage_deps", "ark.serve", "ark.api"),  # entry points: stages, CLI, Python API
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
