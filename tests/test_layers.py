@@ -17,7 +17,8 @@ LAYERS = [  # lowest first; DESIGN §3: stages/cli -> report -> runs.execute -> 
     ("ark.runs",),
     ("ark.distill",),
     ("ark.report",),
-    ("ark.stages", "ark.cli", "ark.stage_deps", "ark.serve", "ark.api"),  # entry points: stages, CLI, Python API
+    ("ark.serve", "ark.api"),  # the model server and the Python API, which the CLI and notebooks use
+    ("ark.stages", "ark.cli", "ark.stage_deps"),
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
