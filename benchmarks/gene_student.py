@@ -10,7 +10,8 @@
    result) and scored on the two ways that reply can begin: log P('{"name": "search_in_neighborhood"') minus
    log P('{"name": "add_to_answer"'), for the base model and each student (float32, so the same on every CPU).
    The teacher explores the neighborhood there on gene questions and answers at once on disease questions; a
-   student that tells them apart scores higher on the first.
+   student that tells them apart scores higher on the first. The same on the whole-budget student's own gene
+   trajectories (Table 5's ``student-phenopackets_gene``), at the point where it answered.
 
     python benchmarks/gene_student.py [--runs results/runs] [--json] [--probe 8 --students data/students]
 
@@ -106,6 +107,10 @@ def probe(runs: Path, students: Path, k: int) -> dict:
     for entry in sorted((runs / "collect").glob("*")):
         for run_dir in sorted(p.parent for p in entry.glob("*/config.yaml")):
             prefixes[entry.name] = [sample_turns(r.agents[0].messages, tools) for r in load_run(run_dir)[1][:k]]
+    for run_dir in sorted(p.parent for p in (runs / "evaluate" / "student-phenopackets_gene").glob("*/config.yaml")):
+        # the whole-budget student's own gene trajectories: its search, as it made it, and what it saw
+        prefixes["the student's own (student-phenopackets_gene)"] = [
+            sample_turns(r.agents[0].messages, tools) for r in load_run(run_dir)[1][:k]]
     out = {}
     for name in ["base"] + sorted(p.parent.name for p in students.glob("*/adapter_config.json")):
         model, tokenizer = load_gguf(default_gguf_path(), "float32", cfg.paths.models)
@@ -116,7 +121,10 @@ def probe(runs: Path, students: Path, k: int) -> dict:
         for teacher, conversations in prefixes.items():
             odds = []
             for turns in conversations:
-                second = [i for i, t in enumerate(turns) if t["role"] == "assistant"][1]
+                replies = [i for i, t in enumerate(turns) if t["role"] == "assistant"]
+                if len(replies) < 2:
+                    continue
+                second = replies[1]
                 prompt = tokenizer(tokenizer.apply_chat_template(turns[:second], tokenize=False,
                                                                  add_generation_prompt=True),
                                    add_special_tokens=False)["input_ids"]
@@ -165,7 +173,7 @@ def main() -> None:
               "second reply (mean; each trajectory)")
         for name, found in out["choice after the search"].items():
             for teacher, odds in found.items():
-                print(f"- {name} on {teacher}: {sum(odds) / len(odds):+.2f}; {odds}")
+                print(f"- {name} on {teacher}: {sum(odds) / max(len(odds), 1):+.2f}; {odds}")
 
 
 if __name__ == "__main__":
