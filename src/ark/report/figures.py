@@ -162,7 +162,7 @@ def figure4(runs, distill_dir: Path, graphs: dict[str, str], out: Path) -> list[
                         color=VERMILLION, ms=9, capsize=3, clip_on=False, label="base SmolLM2")
         ax.set_xlabel("teacher trajectories")
         ax.set_ylabel("Hit@1 (x100)")
-        ax.set_title(f"{q} on {graph}, the sample's first n={n}", fontsize=9)
+        ax.set_title(f"{q} on {graph}\nthe sample's first n={n}", fontsize=9)
         ax.set_ylim(-3, 103)  # lines at 0 and 100 (base model, a perfect teacher) stay inside the frame
         ax.set_xlim(-3, 1.2 * max(xs))
     legend = {}  # one legend, right of the panels, where it covers no point
@@ -192,7 +192,7 @@ def figure5(runs, graphs: dict[str, str], ark_experiment: str, out: Path) -> lis
         ax.set_xticks(range(0, top + 1, max(1, -(-top // 12))))  # at most ~13 labels: wider counts would overlap
         ax.set_xlabel("neighborhood calls per trajectory")
         ax.set_ylabel("trajectories")
-        ax.set_title(f"{q} on {graphs[q]}: {len(rows)} trajectories of {len(run.records)} queries", fontsize=9)
+        ax.set_title(f"{q} on {graphs[q]}\n{len(rows)} trajectories of {len(run.records)} queries", fontsize=9)
         ax.legend(fontsize=8)
     fig.suptitle(f"Figure 5: neighborhood calls per trajectory,\n{ark_setting(ark_experiment)['backbone']} on BioKG",
                  fontsize=10)
