@@ -92,7 +92,7 @@ def describe(config: dict, records: list[QueryRecord]) -> dict:
 CHOICES = ('{"name": "add_to_answer"', '{"name": "search_in_neighborhood"')
 
 
-def probe(runs: Path, students: Path, k: int) -> dict:
+def probe(runs: Path, students: Path, k: int, models: list[str] | None = None) -> dict:
     """{model: {teacher run: [log-odds of exploring over answering at the teacher's second reply]}}."""
     import torch
 
@@ -113,6 +113,8 @@ def probe(runs: Path, students: Path, k: int) -> dict:
             sample_turns(r.agents[0].messages, tools) for r in load_run(run_dir)[1][:k]]
     out = {}
     for name in ["base"] + sorted(p.parent.name for p in students.glob("*/adapter_config.json")):
+        if models and name not in models:
+            continue
         model, tokenizer = load_gguf(default_gguf_path(), "float32", cfg.paths.models)
         if name != "base":
             model = apply_adapter(model, students / name)
@@ -146,6 +148,7 @@ def main() -> None:
     parser.add_argument("--probe", type=int, default=0, metavar="K",
                         help="also score the choice after the search on the first K teacher trajectories of each set")
     parser.add_argument("--students", type=Path, default=ROOT / "data" / "students")
+    parser.add_argument("--models", nargs="*", help="with --probe: only these (base, or a student's directory name)")
     args = parser.parse_args()
     out = {"machine": machine(), "training": {}, "gene questions": {}}
     for entry in sorted((args.runs / "collect").glob("*")):
@@ -159,7 +162,7 @@ def main() -> None:
     if not out["training"] and not out["gene questions"]:
         raise SystemExit(f"no collect or Table 5 gene runs under {args.runs}: run dvc repro first")
     if args.probe:
-        out["choice after the search"] = probe(args.runs, args.students, args.probe)
+        out["choice after the search"] = probe(args.runs, args.students, args.probe, args.models)
     if args.json:
         print(json.dumps(out, indent=1))
         return
