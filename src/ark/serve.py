@@ -26,9 +26,10 @@ def usage(name: str, url: str) -> str:
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
         f"  python -m ark.stages.evaluate backbone=qwen3-8b backbone.name={name} backbone.model=openai/{name} "
-        f"backbone.api_base={url} backbone.context_window=8192 backbone.extra={{}} eval.limit=5",
-        "  (one model answers one request at a time on a CPU: with eval.concurrency above 1 a reply can wait past "
-        "llm.retry.timeout; lower the first or raise the second)",
+        f"backbone.api_base={url} backbone.api_key_env=null backbone.context_window=8192 backbone.extra={{}} "
+        "agent.n_agents=1 eval.concurrency=1 eval.limit=5",
+        "  (one model answers one request at a time on a CPU, hence one agent and one query at a time: with more in "
+        "flight a reply can wait past llm.retry.timeout)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
         f"openai:  OpenAI(base_url=\"{url}\", api_key=\"none\").chat.completions.create(model=\"{name}\", ...)",
