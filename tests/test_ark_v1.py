@@ -161,6 +161,7 @@ print(json.dumps([m["tool_calls"] for m in traj.messages if m["role"] == "assist
 """
 
 
+@pytest.mark.e2e
 def test_rules_v1_breaks_a_tie_between_types_the_same_way_in_every_process():
     """The type to go through is chosen among tied types by the order of the links, not by a set's string hashes
     (which differ between processes: PYTHONHASHSEED)."""

@@ -12,6 +12,8 @@ from ark.llm import batching
 from ark.llm.local import LocalChatModel
 from tests.test_local_speed import QUESTIONS, conversations, small_chunks, tiny, toolbox  # noqa: F401  (fixtures)
 
+pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
+
 
 def prefilled(model, n: int, seed: int) -> DynamicCache:
     ids = torch.randint(5, model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(seed))

@@ -110,6 +110,7 @@ def test_the_collect_cli_prints_one_line(tiny_train):
     assert "collect biokg/synthetic/train/rules at temperature 0.7: 2 trajectories of 1 queries" in out.stdout
 
 
+@pytest.mark.e2e
 def test_distill_accepts_a_collect_run(tiny_train, tokenizer, tmp_path):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

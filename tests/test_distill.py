@@ -83,6 +83,7 @@ def test_nothing_label_derived_enters_the_data(rules_run, tokenizer, tiny_projec
     assert all(set(s) == {"id", "agent", "input_ids", "labels"} for s in before)
 
 
+@pytest.mark.e2e
 def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules_run, tokenizer, tmp_path):
     """distill=smoke: a few LoRA steps of a tiny random model on the teacher's samples, on CPU."""
     import torch
@@ -115,6 +116,7 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     assert not torch.allclose(before, after)  # the adapter learned something and loads on the base
 
 
+@pytest.mark.e2e
 def test_the_distill_stage_writes_an_adapter_with_its_model_card(rules_run, tokenizer, tmp_path):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -194,6 +196,7 @@ def test_packing_keeps_every_sample_once_within_the_row_size():
         pack_bins([300], 256)
 
 
+@pytest.mark.e2e
 def test_packed_training_through_trl_on_cpu(rules_run, tokenizer, tmp_path):
     """distill with pack=true: trl's padding-free rows, packed_sdpa attention, a finite loss."""
     from ark.distill.attention import register
@@ -308,6 +311,7 @@ def test_the_loss_from_the_labelled_logits_only_is_the_full_logits_loss(tokenize
     assert outputs.logits.shape[1] == kept < labels.shape[1] - 1  # the LM head ran on the labelled positions only
 
 
+@pytest.mark.e2e
 def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):
     """benchmarks/distill_throughput.py end to end on a toy architecture (the code path, not the figures)."""
     from tests.conftest import load_benchmark
@@ -328,6 +332,7 @@ def test_the_throughput_benchmark_runs_a_toy_shape_on_cpu(tmp_path):
         bench.main(["--trl", "--recipe", "smoke", "--shape", "toy", "--device", "cpu", "--set", "lora.nope=1"])
 
 
+@pytest.mark.e2e
 def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, tokenizer, tmp_path):
     """distill.budgets: the adapter saved after the updates on the first query of each teacher run equals, bit for
     bit, the adapter of a training on those trajectories alone; it gets its own report and model card."""

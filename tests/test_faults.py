@@ -23,6 +23,8 @@ from tests.conftest import ROOT, compose_cfg
 from tests.fault_openai import ALL, CONTENT, PERMANENT, TRANSIENT, FaultEndpoint
 from ark.llm.fake import search_then_answer
 
+pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
+
 SEED = int(os.environ.get("ARK_FAULT_SEED", 7))  # another seed: other faults and another kill point
 QUERIES = ["slender fingers", "lens of the eye", "zebra", "heart valve", "connective tissue gene", "tall stature"]
 N_AGENTS, CONCURRENCY = 2, 2
@@ -69,7 +71,6 @@ def without_timings(line: str) -> dict:
 
 
 # ------------------------------------------------------------------ transient faults and a kill
-@pytest.mark.e2e
 def test_faults_and_a_kill_then_rerun_lose_and_repeat_nothing(six_queries, tmp_path):
     clean = FaultEndpoint(faults=())
     with clean.serve() as server:
@@ -178,7 +179,6 @@ def test_a_credential_inside_the_endpoint_url_is_refused_and_in_no_file_the_run_
     assert secret not in done.stdout + done.stderr
 
 
-@pytest.mark.e2e
 def test_a_key_echoed_in_every_kind_of_reply_is_in_no_file_the_run_writes(six_queries, tmp_path):
     endpoint = FaultEndpoint(ALL, rate=0.5, seed=SEED, hang=HANG, echo_key=True)
     out = tmp_path / "canary"

@@ -31,6 +31,7 @@ def test_bm25_round_trip_and_subset_scores(tmp_path):
         BM25Retriever(name="bm25").load(tmp_path / "missing")
 
 
+@pytest.mark.e2e
 def test_dense_minilm_behind_the_same_interface(tmp_path):
     index = DenseIndex.build(DOCS, bf16=False)
     assert index.embeddings.shape == (5, 384)
@@ -50,6 +51,7 @@ def test_dense_minilm_behind_the_same_interface(tmp_path):
     assert "all-MiniLM-L6-v2" in described and "BM25" not in described
 
 
+@pytest.mark.e2e
 def test_a_bm25_index_is_byte_identical_across_processes(tmp_path):
     """bm25s numbers stemmed terms in set order; the index must not depend on Python's hash seed."""
     import os

@@ -32,6 +32,7 @@ def _worker(directory: str, i: int, start, errors) -> None:
         errors.put(traceback.format_exc())
 
 
+@pytest.mark.e2e
 def test_processes_sharing_one_cache_file_lose_no_write_and_never_see_it_locked(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     start, errors = ctx.Barrier(N_PROCESSES), ctx.Queue()

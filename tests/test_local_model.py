@@ -178,6 +178,7 @@ def test_constrained_calls_are_valid_for_30_seeds(local, tools):
     assert len(names) >= 3  # the choices are really sampled
 
 
+@pytest.mark.e2e
 def test_calls_are_valid_under_other_schema_features(local):
     params = {"type": "object", "required": ["n", "flag", "ids", "kind", "inner"], "properties": {
         "n": {"type": "number"}, "flag": {"type": "boolean"}, "note": {"type": ["string", "null"]},

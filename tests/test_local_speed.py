@@ -17,6 +17,8 @@ from ark.tools.toolbox import AnswerState, Toolbox
 from tests.conftest import compose_cfg
 from tests.helpers import tiny_graph, tiny_index
 
+pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
+
 QUESTIONS = ["Which gene is associated with Marfan syndrome?", "Which phenotypes does a lens dislocation cause?"]
 
 

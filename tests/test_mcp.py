@@ -31,6 +31,7 @@ async def over_mcp(overrides: list[str], calls: list) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("toolset", ["ark", "ark_v1"])
+@pytest.mark.e2e
 def test_ark_mcp_serves_the_agents_read_only_tools_with_their_observations(tiny_project, toolset):
     overrides = tiny_project + ["retriever.params.stemmer=null"] + (["agent=ark_v1"] if toolset == "ark_v1" else [])
     cfg = compose_cfg(overrides)

@@ -14,6 +14,8 @@ from ark.index.bm25 import BM25Index
 from ark.index.topk import top_k
 from ark.tools.toolbox import Observation, Toolbox
 
+pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
+
 
 def search_in_neighborhood_before(self, node_index, query=None, node_type=None, edge_type=None, state=None):
     """Toolbox.search_in_neighborhood as it was before the fast path (commit aaeb54d), verbatim: the reference."""

@@ -80,6 +80,7 @@ def test_run_stages_identity_settings_are_params():
                 assert key in tracked or key.split(".")[0] in tracked, f"{name}: {key} not tracked"
 
 
+@pytest.mark.e2e
 def test_dvc_pipeline_parses_into_one_chain():
     """`dvc dag` parses dvc.yaml (templating, foreach, params) without data, as in a clean clone."""
     out = subprocess.run([sys.executable, "-m", "dvc", "dag", "--md"], cwd=ROOT, capture_output=True, text=True)
@@ -107,6 +108,7 @@ def test_every_params_key_is_in_its_file():
     assert missing == []
 
 
+@pytest.mark.e2e
 def test_dvc_lock_records_only_the_stages_of_dvc_yaml():
     """DVC keeps the lock entries of removed or renamed stages, and rereads and rewrites the whole lock after every
     stage: stale entries cost every stage of a cold run (27 of them were 23 % of dvc.lock). Prune with
@@ -173,6 +175,7 @@ def test_make_queries_reads_stark_qa(tmp_path, shared_dir):
     assert (Path(cfg.dataset.queries_dir) / "stats.json").exists()
 
 
+@pytest.mark.e2e
 def test_wandb_logs_offline_into_the_configured_dir(tmp_path, monkeypatch):
     from ark.tracking import stage_run
 

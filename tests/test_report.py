@@ -159,6 +159,7 @@ def tiny_runs(tiny_project, tmp_path):
     return base + ["report.query_sets=[synthetic]", "report.graphs=[biokg]"]
 
 
+@pytest.mark.e2e
 def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(tiny_runs, tmp_path):
     from ark.stages import report
 

@@ -34,11 +34,13 @@ def run_name(overrides, stage="evaluate"):
     return Run(spec(compose_cfg(["backbone=local_smollm2", *overrides])), stage).name
 
 
+@pytest.mark.e2e
 def test_each_result_affecting_setting_gets_its_own_run_directory():
     names = [run_name([])] + [run_name([o]) for o in RESULT_AFFECTING]
     assert len(set(names)) == len(names), [o for o, n in zip([""] + RESULT_AFFECTING, names) if names.count(n) > 1]
 
 
+@pytest.mark.e2e
 def test_runtime_settings_keep_the_same_run():
     base = run_name([])
     assert all(run_name([o]) == base for o in NOT_RESULT_AFFECTING)
@@ -240,6 +242,7 @@ def test_an_exception_inside_a_tool_becomes_an_error_observation():
     assert not ok.tool_failed and ok.error is None
 
 
+@pytest.mark.e2e
 def test_a_rules_run_imports_neither_litellm_nor_torch(tiny_rules, tmp_path):
     code = ("import sys; from ark.stages import evaluate; from tests.conftest import compose_cfg; "
             f"evaluate.run(compose_cfg({tiny_rules + ['retriever.params.stemmer=null', 'backbone=rules', 'eval.progress=false']!r})); "
@@ -339,6 +342,7 @@ def test_resume_drops_only_a_last_line_cut_inside_a_utf8_character(tiny_rules, c
     assert again["hit@1"] == first["hit@1"]
 
 
+@pytest.mark.e2e
 def test_a_second_process_on_an_open_run_refuses_at_once(tiny_rules, tmp_path):
     import fcntl
 
@@ -477,6 +481,7 @@ def test_a_cap_on_a_model_without_a_price_is_refused_before_the_run(tiny_rules):
     assert priced.eval.max_cost_usd == 0.01
 
 
+@pytest.mark.e2e
 def test_ark_estimate_prices_the_split_from_its_first_queries(tiny_rules, tmp_path, capsys):
     """Against a scripted endpoint (a test double) priced as openai/gpt-4.1: the first 2 of 3 queries make 4 calls
     at $0.00036; the estimate is 3 x their cost per query, and the calls stay in the cache."""
@@ -532,6 +537,7 @@ def test_rewritten_queries_are_another_run_not_a_resume(tiny_rules):
     assert load_run(second["run_dir"])[0]["inputs"]["queries"] != load_run(first["run_dir"])[0]["inputs"]["queries"]
 
 
+@pytest.mark.e2e
 def test_the_endpoint_from_the_environment_and_the_served_model_key_the_cache(tiny_rules, tmp_path, monkeypatch):
     """OPENAI_BASE_URL (api_base null) names server A, then server B: the second run asks B (another run identity,
     other cache keys). A server restarted at B's address under the same model name but serving since another time

@@ -63,6 +63,7 @@ def wait_for(condition, seconds: float = 5.0) -> None:
 
 
 @pytest.mark.parametrize("keep", [False, True])
+@pytest.mark.e2e
 def test_requests_whose_client_timed_out_are_not_computed(keep, caplog, capfd):
     """N clients time out (their requests queue behind a slow generation), then retry: N + 1 generations (the
     abandoned one that was already running, then one per retry), not one per attempt; N when the abandoned reply
@@ -246,6 +247,7 @@ def test_the_bodies_read_at_once_have_a_budget_across_connections():
         assert post(server, 5)[0] == 200  # given back when those connections went away
 
 
+@pytest.mark.e2e
 def test_511_kept_alive_connections_trickling_their_next_headers_do_not_hold_the_server():
     """At the connection limit's scale: 511 connections that each finish one request and then send the next one's
     headers a byte at a time are closed at header_timeout, and a new client is served soon after."""

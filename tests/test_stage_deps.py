@@ -103,6 +103,7 @@ print(json.dumps(sorted(m for m in sys.modules if m == "ark" or m.startswith("ar
 
 @pytest.mark.parametrize("stage,entry,extra", [("evaluate", "evaluate@rules-synthetic", ["backbone=rules"]),
                                                ("baseline", "baseline@synthetic-bm25", [])])
+@pytest.mark.e2e
 def test_a_run_imports_nothing_its_entry_does_not_depend_on(stage, entry, extra, tiny_project, all_entries):
     """The reading of the source against what a real run imports: every ark module in ``sys.modules`` after a rules
     evaluation and a BM25 baseline (on the tiny graph, with the entry's own groups) is among the entry's deps."""
@@ -131,6 +132,7 @@ def test_a_run_imports_nothing_its_entry_does_not_depend_on(stage, entry, extra,
     assert not outside, f"{entry} imports {outside} but does not depend on them"
 
 
+@pytest.mark.e2e
 def test_the_tool_checks_and_rewrites(tmp_path, capsys):
     """``--check`` exits 1 naming a stale file and changes nothing; without it the file is rewritten."""
     copies = []

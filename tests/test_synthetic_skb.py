@@ -10,6 +10,8 @@ from ark.graph.stark import (MAG_EDGE_TYPES, MAG_NODE_TYPES, PRIME_EDGE_TYPES, P
                              read_stark_files)
 from tests.conftest import compose_cfg
 
+pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
+
 NODES = 20_000
 
 

@@ -117,6 +117,7 @@ def multirun(monkeypatch, tmp_path, *overrides):
     job()
 
 
+@pytest.mark.e2e
 def test_the_jobs_of_one_multirun_share_a_group_of_their_own(runs, monkeypatch, tmp_path, no_hydra_config):
     multirun(monkeypatch, tmp_path, "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep-a")
     multirun(monkeypatch, tmp_path, "seed=0,1", f"hydra.sweep.dir={tmp_path}/sweep-b")
