@@ -211,6 +211,7 @@ def records_directory(p):
 PHENO = ["queries=phenopackets", "queries.source=${paths.root}/cases.jsonl"]
 STARK = ["dataset=stark_prime", "queries=stark", "queries.qa_dir=${paths.root}/qa"]
 Q = "test.jsonl row 2"
+DEEP = "[" * 100_000 + "]" * 100_000
 
 # (id, stage, overrides, damage, message in the error line, subprocess)
 CASES = [
@@ -354,6 +355,15 @@ CASES = [
     ("cache-directory", "evaluate", ["backbone=gpt-4.1", "llm.cache=${paths.root}/cachedir"], mkdir("cachedir"),
      "not a file", False),
     ("index-empty-graph", "build_index", [], empty_graph, "has no nodes", False),
+    # nested past what Python's JSON parser reads (a RecursionError inside json.loads)
+    ("row-deep", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1]}, DEEP + "\n"),
+     "test.jsonl:2: nested deeper than the JSON reader's limit", True),
+    ("pheno-deep-line", "make_queries", PHENO, write("cases.jsonl", json.dumps(PACKET) + "\n" + DEEP + "\n"),
+     "cases.jsonl, line 2: nested deeper", False),
+    ("pheno-deep-document", "make_queries", PHENO, write("cases.jsonl", DEEP.replace("[", "[\n")),
+     "cases.jsonl: nested deeper", False),
+    ("records-deep", "evaluate", [], records(lambda ls: [ls[0], DEEP.encode() + b"\n", ls[2]]),
+     "records.jsonl line 2: nested deeper", False),
     ("pheno-empty", "make_queries", PHENO, write("cases.jsonl", ""), "holds no phenopacket", False),
     ("pheno-blank-lines", "make_queries", PHENO, write("cases.jsonl", "\n  \n\n"), "holds no phenopacket", False),
     ("pheno-none-usable", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "diseases": []}) + "\n"),

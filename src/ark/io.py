@@ -72,6 +72,17 @@ def write_jsonl(path: str | Path, rows) -> int:
 
 
 MAX_JSON_BYTES = 256 << 20  # a results or config file; larger is not one of ours
+JSON_DEPTH = sys.getrecursionlimit()  # Python's JSON parser recurses once per level: about 1,000 levels
+
+
+def loads(text: str | bytes, where: str):
+    """``json.loads`` for every file a stage reads (query rows, phenopackets, records, cached replies): a value
+    nested past what the parser can read is one ``UserError`` naming ``where`` (a file and line), not a
+    ``RecursionError`` traceback. Invalid JSON raises ``json.JSONDecodeError`` for the caller to word."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UserError(f"{where}: nested deeper than the JSON reader's limit (about {JSON_DEPTH:,} levels)") from None
 
 
 def read_json(path: str | Path, what: str, max_bytes: int = MAX_JSON_BYTES):
@@ -85,13 +96,11 @@ def read_json(path: str | Path, what: str, max_bytes: int = MAX_JSON_BYTES):
     if path.stat().st_size > max_bytes:
         raise UserError(f"{what}: {path} has {path.stat().st_size:,} bytes, over {max_bytes:,}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"), f"{what}: {path}")
     except UnicodeDecodeError:
         raise UserError(f"{what}: {path} is not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{what}: {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
-    except RecursionError:
-        raise UserError(f"{what}: {path} is nested too deep to read") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -105,7 +114,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    rows.append(loads(line, f"{path}:{lineno}"))
                 except json.JSONDecodeError as e:
                     raise UserError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
     return rows

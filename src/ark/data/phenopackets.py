@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ark.data import FILE, Dataset, QuerySet
 from ark.fetch import download
+from ark.io import loads
 from ark.errors import UserError
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.graph.graph import Graph
@@ -101,7 +102,7 @@ def _read_file(path: Path, name: str) -> Iterator[dict]:
                 if not line.strip():
                     continue
                 try:
-                    packet = json.loads(line)
+                    packet = loads(line, f"{name}, line {line_no}")
                 except json.JSONDecodeError as e:
                     if packets == 0:  # not a packet a line: the whole file is one
                         document = True
@@ -114,7 +115,7 @@ def _read_file(path: Path, name: str) -> Iterator[dict]:
         if document:
             with opener(path, "rt", encoding="utf-8") as f:
                 try:
-                    packet = json.loads(f.read().rstrip())  # rstrip: a cut file's error on its last line, not after
+                    packet = loads(f.read().rstrip(), name)  # rstrip: a cut file's error on its last line, not after
                 except json.JSONDecodeError as e:
                     raise UserError(f"{name}, line {e.lineno}: not valid JSON ({e.msg} at column {e.colno}); "
                                     "truncated or malformed file?") from None
@@ -278,7 +279,7 @@ def convert_release(archive: str | os.PathLike, out: str | os.PathLike, case_ids
         with zipfile.ZipFile(archive) as zf:
             for name in sorted(n for n in zf.namelist() if n.endswith(".json")):
                 try:
-                    packet = json.loads(zf.read(name))
+                    packet = loads(zf.read(name), f"{archive}: {name}")
                 except (json.JSONDecodeError, UnicodeDecodeError) as e:
                     raise UserError(f"{archive}: {name} is not a JSON phenopacket ({e})") from None
                 if isinstance(packet, dict) and packet.get("id"):

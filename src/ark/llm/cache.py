@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ark.errors import UserError
-from ark.io import blocking_file
+from ark.io import blocking_file, loads
 
 BUSY_TIMEOUT = 120.0  # seconds a write waits for another process's write to the same cache file
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class ResponseCache:
             row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
             if row is None and self._base is not None:
                 row = self._base.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return loads(row[0], f"the LLM cache {self.path}, key {key[:12]}") if row else None
 
     def put(self, key: str, value: dict) -> None:
         """Store a reply. A cache that cannot be written any more (its disk or database full) degrades to no cache

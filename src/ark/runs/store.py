@@ -32,7 +32,7 @@ import yaml
 
 from ark.errors import UserError
 from ark.agent.records import QueryRecord
-from ark.io import blocking_file, hash_paths, package_versions, write_json, write_jsonl, write_text_atomic
+from ark.io import blocking_file, hash_paths, loads, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.machine import cpu_name
 from ark.runs.identity import data_inputs, identity, run_name, run_tags
 
@@ -214,7 +214,9 @@ def read_records(path: Path, allow_cut: bool = False) -> tuple[list[QueryRecord]
             if not line.strip():
                 continue
             try:
-                records.append(QueryRecord.from_dict(json.loads(line.decode("utf-8"))))
+                records.append(QueryRecord.from_dict(loads(line.decode("utf-8"), f"{path} line {n}")))
+            except UserError:
+                raise
             except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad UTF-8 or JSON, or not a record
                 raise UserError(f"{path} line {n} is not a valid record ({type(e).__name__}: "
                                 f"{' '.join(str(e).split())[:120]}); repair or remove the file (the run then starts "
@@ -282,7 +284,7 @@ def read_scores(directory: str | Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     with open(path, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+        rows = [loads(line, f"{path} line {n}") for n, line in enumerate(f, 1) if line.strip()]
     return {r.pop("id"): r for r in rows}
 
 
