@@ -211,6 +211,7 @@ def records_directory(p):
 PHENO = ["queries=phenopackets", "queries.source=${paths.root}/cases.jsonl"]
 STARK = ["dataset=stark_prime", "queries=stark", "queries.qa_dir=${paths.root}/qa"]
 Q = "test.jsonl row 2"
+CANARY = "sk-canary-0c41e7d29a8b4f35"
 DEEP = "[" * 100_000 + "]" * 100_000
 
 # (id, stage, overrides, damage, message in the error line, subprocess)
@@ -364,6 +365,11 @@ CASES = [
      "cases.jsonl: nested deeper", False),
     ("records-deep", "evaluate", [], records(lambda ls: [ls[0], DEEP.encode() + b"\n", ls[2]]),
      "records.jsonl line 2: nested deeper", False),
+    # a secret as an override: refused before Hydra writes its logs (nothing written holds it)
+    ("secret-api_key", "evaluate", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], None,
+     "backbone.extra.api_key: a secret given on the command line", True),
+    ("secret-password", "collect", [f"+backbone.extra.db_password={CANARY}"], None,
+     "backbone.extra.db_password: a secret given", True),
     ("pheno-empty", "make_queries", PHENO, write("cases.jsonl", ""), "holds no phenopacket", False),
     ("pheno-blank-lines", "make_queries", PHENO, write("cases.jsonl", "\n  \n\n"), "holds no phenopacket", False),
     ("pheno-none-usable", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "diseases": []}) + "\n"),
@@ -552,8 +558,11 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
     ("estimate", ["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
     ("estimate", ["agent=nonexistent"], "agent=nonexistent: no such option"),
     ("estimate", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
+    ("ask", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], "put it in an environment variable"),
+    ("estimate", ["backbone=gpt-4.1", f"+backbone.extra.db_password={CANARY}"], "put it in an environment variable"),
 ], ids=["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",
-        "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus"])
+        "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus",
+        "ask-secret", "estimate-secret"])
 def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path, capsys, command, overrides, message):
     from ark.cli import main
 

@@ -2,6 +2,7 @@
 each stage is a Hydra entry point over the same tree), and building the object a config node names (``make``)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ark.errors import UserError
@@ -70,6 +71,10 @@ def check_overrides(args) -> None:
                         "https://hydra.cc/docs/advanced/override_grammar/basic/") from None
     for o in overrides:
         group = o.key_or_group
+        if not o.is_delete() and secret_name(group) and o.get_value_element_as_str() not in ("null", ""):
+            raise UserError(f"{group}: a secret given on the command line would be written to the run's config.yaml "
+                            "and Hydra's logs; put it in an environment variable instead (the API key's is named by "
+                            "backbone.api_key_env, e.g. backbone.api_key_env=MY_PROVIDER_KEY)")
         if o.is_sweep_override() and not multirun:
             raise UserError(f"{o.input_line} sweeps over several values: add --multirun (-m) to run each")
         if o.is_delete() or group.startswith("hydra") or not (CONF / group).is_dir():
@@ -83,6 +88,17 @@ def check_overrides(args) -> None:
     if not own_config:  # a key that is not there: composed now, one line
         compose([o.input_line for o in overrides if not o.is_sweep_override()
                  and not o.key_or_group.startswith("hydra")])
+
+
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pass", "credential", "credentials",
+                "auth", "bearer"}
+
+
+def secret_name(key: str) -> bool:
+    """Whether a dotted key's last name is a secret's (``api_key``, ``db_password``, ``access_token``), not one naming
+    where a secret is (``api_key_env``) or a setting (``max_tokens``)."""
+    words = set(re.split(r"[_\-]+", key.rsplit(".", 1)[-1].lower()))
+    return bool(words & SECRET_WORDS) and "env" not in words
 
 
 def resolved(node):
