@@ -401,16 +401,17 @@ def test_the_cap_holds_with_many_calls_in_flight_and_counts_the_calls_of_a_kille
     a reservation whose call never came back (a killed run) stays counted at its worst case."""
     import asyncio
 
-    from ark.llm.spending import Ledger, SpendingCap
+    from ark.llm.spending import WAIT, Ledger, SpendingCap
 
     cap = SpendingCap("run", [(Ledger(tmp_path / "spend.sqlite"), 0.10, "eval.max_cost_usd")])
 
     async def call():
-        held = cap.reserve(0.01)  # the worst case of one call
+        while (held := cap.reserve(0.01)) == WAIT:  # the worst case of one call; the first goes alone
+            await asyncio.sleep(0.001)
         if isinstance(held, str):
             return False
         await asyncio.sleep(0.01)
-        cap.settle(held, 0.004)  # what it really cost
+        cap.settle(held, 0.004, counted=100, reported=100)  # what it really cost, at litellm's token count
         return True
 
     async def many():
@@ -419,9 +420,9 @@ def test_the_cap_holds_with_many_calls_in_flight_and_counts_the_calls_of_a_kille
     sent = sum(asyncio.run(many()))
     spent = cap.spent()[0][1]
     assert spent <= 0.10 and sent >= 10 and spent == pytest.approx(sent * 0.004)
-    killed = cap.reserve(0.01)  # never settled
+    killed = cap.reserve(0.005)  # never settled (room is left: each call settled below its reservation)
     assert not isinstance(killed, str)
-    assert Ledger(tmp_path / "spend.sqlite").totals()[0] == pytest.approx(spent + 0.01)
+    assert Ledger(tmp_path / "spend.sqlite").totals()[0] == pytest.approx(spent + 0.005)
 
 
 def test_thirty_queries_of_three_agents_in_flight_stay_under_the_cap_and_the_closing_line_is_the_ledger(
@@ -449,6 +450,50 @@ def test_thirty_queries_of_three_agents_in_flight_stay_under_the_cap_and_the_clo
     assert spent <= 0.01 and spent == pytest.approx(endpoint.calls * 120 * 0.000001)  # 100 + 20 tokens a call
     print(line[0])  # what the user reads
     assert f"${spent:.4f} spent of eval.max_cost_usd=$0.01" in line[0] and endpoint.calls > 30
+
+
+class UndercountedEndpoint(ScriptedEndpoint):
+    """A server (test double) that bills ``ratio`` times the prompt tokens litellm counts for the request."""
+
+    def __init__(self, ratio: float):
+        super().__init__()
+        self.ratio = ratio
+
+    def generate(self, request: dict) -> dict:
+        import litellm
+
+        reply = super().generate(request)
+        counted = litellm.token_counter(model="openai/fake-priced", messages=request["messages"],
+                                        tools=request.get("tools"))
+        reply["usage"]["prompt_tokens"] = round(self.ratio * counted)
+        reply["usage"]["total_tokens"] = reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+        return reply
+
+
+@pytest.mark.parametrize("ratio", [1.3, 2.0])
+def test_the_cap_holds_when_the_server_counts_more_prompt_tokens_than_litellm(tiny_rules, capsys, ratio):
+    """30 queries x 3 agents in flight against a server that bills 1.3x or 2x litellm's token count: the calls are
+    reserved at the rate the first reply shows, and the ledger ends under the cap (it ended at 1.8x the cap)."""
+    from ark.llm.spending import Ledger
+    from ark.stages import clear_errors, evaluate
+
+    write_split(tiny_rules, "test", [{"id": f"q{i}", "query": f"long fingers {i}", "answer_ids": [3]}
+                                     for i in range(30)])
+    endpoint = UndercountedEndpoint(ratio)
+    with endpoint.serve() as server:
+        args = tiny_rules + ["backbone=gpt-4.1", "backbone.model=openai/fake-priced", f"backbone.api_base={server.url}",
+                             "backbone.api_key_env=null", "retriever.params.stemmer=null", "agent.n_agents=3",
+                             "agent.T_max=3", "eval.concurrency=30", "llm.cache=null", "eval.progress=false",
+                             "backbone.max_tokens=20", "+backbone.extra.input_cost_per_token=0.000001",
+                             "+backbone.extra.output_cost_per_token=0.000001", "eval.max_cost_usd=0.1"]
+        with pytest.raises(SystemExit) as stopped:
+            clear_errors(evaluate.run)(compose_cfg(args))
+    line = [x for x in capsys.readouterr().err.strip().splitlines() if "LiteLLM" not in x]
+    assert stopped.value.code == 1 and len(line) == 1, line
+    spent, _ = Ledger(Path(line[0].split("Records: ")[1]) / "spend.sqlite").totals()
+    print(f"\nserver bills {ratio}x litellm's prompt tokens, 30x3 in flight: ledger ${spent:.6f}, cap $0.10, "
+          f"{endpoint.calls} calls")
+    assert 0.08 < spent <= 0.1 and endpoint.calls > 30
 
 
 def test_a_tool_that_fails_on_most_queries_fails_the_run_with_one_line(tiny_rules, monkeypatch, capsys):

@@ -134,22 +134,18 @@ class LLMClient:
         if self.cap is not None:  # reserved at its worst case first; a killed run's call stays counted so
             from ark.llm.spending import WAIT
 
-            worst = self.worst_cost(req)
-            while (held := self.cap.reserve(worst)) == WAIT:  # calls in flight may settle below their worst case
+            counted = self.count_tokens(req)
+            # calls in flight may settle below their worst case, or measure the server's token count
+            while (held := self.cap.reserve(self.cap.worst_cost(counted, req["max_tokens"], self.prices))) == WAIT:
                 await asyncio.sleep(0.05)
             if isinstance(held, str):
                 return LLMResult(None, error=held)
         result = _scrubbed(await self._call(req), secrets)
         if held is not None:
-            self.cap.settle(held, self.real_cost(result))
+            self.cap.settle(held, self.real_cost(result), counted, result.prompt_tokens or 0)
         if self.cache is not None and result.error is None:
             self.cache.put(key, {k: v for k, v in asdict(result).items() if k != "cached"})
         return result
-
-    def worst_cost(self, req: dict) -> float:
-        """The most a request can cost: its prompt's tokens at the input price, ``max_tokens`` at the output price."""
-        into, out = self.prices
-        return self.count_tokens(req) * into + req["max_tokens"] * out
 
     def real_cost(self, result: LLMResult) -> float:
         """A reply's cost: litellm's, or from its token counts at the known prices where litellm priced it at 0."""

@@ -6,8 +6,12 @@ ledger. Before a call that is not answered from the cache goes out, its worst-ca
 input price plus ``max_tokens`` at the output price, ``worst_cost``) is reserved in every ledger, in one transaction
 each that first checks the cap. When the reply comes, the reservation is settled at the call's real cost. A call
 whose reservation would pass a cap waits while this process's own calls in flight could still settle below their
-worst case and make room (``WAIT``); when none is left in flight it is refused. So the spend never passes a cap, however many calls are in flight
-in however many processes, and the calls of a killed run stay counted at their worst case. A refused call is a
+worst case and make room (``WAIT``); when none is left in flight it is refused. A server may count a prompt's tokens
+differently from litellm (another tokenizer, per-message or tool overhead, a proxy's own prompt), so the prompt is
+reserved at the largest ratio of the server's count to litellm's seen so far, and a process sends its first call
+alone to measure it. So the spend never passes a cap, however many calls are in flight in however many processes,
+as long as no reply reports more prompt tokens per counted token than the calls settled before it was reserved, nor
+more completion tokens than ``max_tokens``; and the calls of a killed run stay counted at their worst case. A refused call is a
 failed call: its query stays incomplete, and a rerun with a higher cap resumes it. A cap on a model whose price is
 unknown (``token_prices``) is refused before the run starts.
 """
@@ -108,11 +112,22 @@ class SpendingCap:
         self.run, self.caps = run, caps
         self.refused = 0
         self.in_flight = 0  # this process's reservations not settled yet
+        # the server's prompt tokens per token litellm counts, the most seen so far (at least 1): a server that
+        # counts more (another tokenizer, per-message overhead, a proxy's own prompt) is reserved for at its rate
+        self.prompt_ratio = 1.0
+        self.measured = False  # a reply with its token counts came back: until then one call at a time
+
+    def worst_cost(self, counted: int, max_tokens: int, prices: tuple[float, float]) -> float:
+        """The most a call can cost: its prompt (``counted`` tokens by litellm, at the server's rate seen so far)
+        at the input price, ``max_tokens`` at the output price."""
+        return counted * self.prompt_ratio * prices[0] + max_tokens * prices[1]
 
     def reserve(self, worst: float) -> list[tuple[Ledger, int]] | str:
         """The reservations of one call of worst-case cost ``worst`` in every ledger; ``WAIT`` when there is no room
         now but this process's calls in flight may make some; else why it may not go out (what it reserved in the
         ledgers before the refusing one is given back)."""
+        if self.in_flight and not self.measured:  # the first call alone: it shows how the server counts tokens
+            return WAIT
         held = []
         for ledger, cap, name in self.caps:
             row = ledger.reserve(self.run, worst, cap)
@@ -129,10 +144,15 @@ class SpendingCap:
         self.in_flight += 1
         return held
 
-    def settle(self, held: list[tuple[Ledger, int]], cost: float) -> None:
+    def settle(self, held: list[tuple[Ledger, int]], cost: float, counted: int = 0, reported: int = 0) -> None:
+        """A call came back at ``cost``; its prompt was ``counted`` tokens by litellm and ``reported`` by the server
+        (0: unknown, e.g. a failed call)."""
         for ledger, row in held:
             ledger.settle(row, cost)
         self.in_flight -= 1
+        if counted > 0 and reported > 0:
+            self.prompt_ratio = max(self.prompt_ratio, reported / counted)
+            self.measured = True
 
     def spent(self) -> list[tuple[str, float, float]]:
         """(cap name, spent, cap) of each cap."""
