@@ -97,7 +97,7 @@ def test_an_expected_file_naming_fewer_tables_is_not_ok(files, monkeypatch, caps
     ("expected", '{"table1": {"BM25": {"a": [1.0, -0.5]}}}', "is not a finite number >= 0"),
     ("expected", '{"table1": {"BM25": {"a": [NaN, 0.0]}}}', "with a finite value"),
     ("expected", '{"table1": ["BM25"]}', "is not an object of rows"),
-    ("expected", "[" * 100_000 + "]" * 100_000, "nested too deep"),
+    ("expected", "[" * 100_000 + "]" * 100_000, "nested deeper"),
     ("numbers", '{"table1": {"BM25": {"a": "11.2"}}}', "is not a finite number"),
     ("numbers", '{"table1": {"BM25": [1, 2]}}', "is not an object of cells"),
     ("numbers", b"\xff\xfe\x00garbage", "not UTF-8"),

@@ -1,7 +1,9 @@
 """The record schema (DESIGN §4.4), one home for the loop, the runner, the stages, analyses and SFT data.
 
 ``records.jsonl`` holds one ``QueryRecord`` per line: the query, every agent's ``Trajectory`` and the fused
-ranking, plus timings. Nothing derived from gold labels is in it: per-query scores go to ``scores.jsonl``.
+ranking. How long it took, and which steps were replayed from the LLM cache, go to ``timings.jsonl`` beside it
+(``split_timings``): they differ between two computations of the same result. Nothing derived from gold labels is
+in either: per-query scores go to ``scores.jsonl``.
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ class QueryRecord:
     ranking: list[int]
     agents: list[Trajectory] = field(default_factory=list)
     ranking_scores: list[float] | None = None  # retrieval scores of a baseline's ranking
-    wall_time: float = 0.0  # seconds from the query's start to its slowest agent's end (see ``runner``)
+    wall_time: float | None = None  # seconds from the query's start to its slowest agent's end (``runner``); None:
+    # not known here (a run directory restored by DVC without its timings.jsonl)
 
     @property
     def complete(self) -> bool:
@@ -76,3 +79,25 @@ class QueryRecord:
 
 def _fields(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+AGENT_TIMINGS = ("model_time", "tool_time", "replayed_steps")  # how a trajectory was computed, not what it is
+QUERY_TIMINGS = ("wall_time",)
+
+
+def split_timings(d: dict) -> tuple[dict, dict]:
+    """A record's dict (``to_dict``) -> (the record without its timings, its timings keyed by query id)."""
+    timings = {"id": d["id"], **{k: d[k] for k in QUERY_TIMINGS if k in d},
+               "agents": [{k: a[k] for k in AGENT_TIMINGS if k in a} for a in d.get("agents", [])]}
+    record = {k: v for k, v in d.items() if k not in QUERY_TIMINGS}
+    record["agents"] = [{k: v for k, v in a.items() if k not in AGENT_TIMINGS} for a in d.get("agents", [])]
+    return record, timings
+
+
+def join_timings(d: dict, timings: dict | None) -> dict:
+    """A record's dict without timings, with ``timings`` (``split_timings``) put back; without them, it keeps the
+    times it holds (a record written before the split) or none."""
+    if not timings or len(timings.get("agents", [])) != len(d.get("agents", [])):
+        return d
+    return {**d, **{k: timings[k] for k in QUERY_TIMINGS if k in timings},
+            "agents": [{**a, **t} for a, t in zip(d.get("agents", []), timings["agents"])]}

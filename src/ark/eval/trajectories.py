@@ -41,9 +41,9 @@ def run_statistics(records: list[QueryRecord]) -> dict:
 
 def timing_statistics(records: list[QueryRecord]) -> dict:
     """Wall-clock time per query (its slowest agent, tools included) and model / tool time per agent."""
-    if not records:
+    wall = [r.wall_time for r in records if r.wall_time is not None]
+    if not wall:
         return {}
-    wall = [r.wall_time for r in records]
     out = {"query_wall_p50_s": float(np.percentile(wall, 50)), "query_wall_p95_s": float(np.percentile(wall, 95)),
            "query_wall_mean_s": float(np.mean(wall))}
     agents = [a for r in records for a in r.agents]

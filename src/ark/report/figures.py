@@ -36,7 +36,8 @@ def budget_grid(runs: list[RunData]) -> tuple[list[int], list[int], dict]:
 
 def cell_value(run: RunData, metric: str) -> float:
     if metric == "latency":  # each query's wall-clock time: its slowest agent, tools included
-        return 1000 * float(np.mean([r.wall_time for r in run.records]))
+        times = [r.wall_time for r in run.records]  # None: timings.jsonl is not in this clone (DVC leaves it out)
+        return float("nan") if None in times else 1000 * float(np.mean(times))
     return 100 * run.metrics[metric]
 
 

@@ -141,7 +141,8 @@ def query_text(run_dir: Path, config: dict, position: int, record: QueryRecord, 
              *textwrap.wrap(record.query, WIDTH - 7, initial_indent="       ", subsequent_indent="       "),
              "gold   " + (count(len(gold), "node") if gold is not None else "unknown"),
              "scores " + ("  ".join(f"{k} {v:.3f}" for k, v in scores.items() if k != "complete")
-                          if scores else "none (no scores.jsonl)") + f"   wall time {record.wall_time:.2f} s"]
+                          if scores else "none (no scores.jsonl)")
+             + (f"   wall time {record.wall_time:.2f} s" if record.wall_time is not None else "")]
     for agent in record.agents:
         lines += ["", *agent_text(agent, config["agent"]["T_max"], gold_set, max_lines)]
     lines += ["", *ranking_text(record, config, gold_set, graph)]

@@ -6,9 +6,12 @@
 ``<run dir>/metrics.json``     scalar metrics only (what ``dvc metrics show`` reads; not in a ``collect`` run)
 ``<run dir>/stats.json``       tool use, steps, invalid calls, tokens, cost (deterministic under replay)
 ``<run dir>/provenance.json``  package versions and sha256 of the data read
-``<run dir>/machine.json``     the platform and processor it ran on: whose times ``records.jsonl`` holds
-Timings and the platform go to ``<paths.logs>/runs/<run dir name>.json`` (and ``timing.json`` in the publish
-dir) and W&B, outside DVC's outputs: query wall-clock p50/p95/mean, per-agent model and tool time.
+``<run dir>/timings.jsonl``    per query: its wall-clock time, per agent and step the model and tool time and
+                               whether the step was replayed from the LLM cache; outside the directory's DVC hash
+                               (``.dvcignore``), so a rerun with the same result leaves ``dvc.lock`` as it was
+``<run dir>/machine.json``     the platform and processor it ran on: whose times ``timings.jsonl`` holds
+Their summary and the platform go to ``<paths.logs>/runs/<run dir name>.json`` (and ``timing.json`` in the publish
+dir, which git ignores) and W&B: query wall-clock p50/p95/mean, per-agent model and tool time.
 With ``run.publish`` set (the DVC stages), metrics, stats, config and provenance are also copied there: a
 path DVC knows in advance, committed to git.
 
@@ -31,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from ark.errors import UserError
-from ark.agent.records import QueryRecord
+from ark.agent.records import QueryRecord, join_timings, split_timings
 from ark.io import blocking_file, hash_paths, loads, package_versions, write_json, write_jsonl, write_text_atomic
 from ark.machine import cpu_name
 from ark.runs.identity import data_inputs, identity, run_name, run_tags
@@ -39,14 +42,21 @@ from ark.runs.identity import data_inputs, identity, run_name, run_tags
 PUBLISHED = ("metrics.json", "stats.json", "config.yaml", "provenance.json")
 
 
+TIMINGS = "timings.jsonl"  # beside records.jsonl; left out of the run directory's DVC hash (.dvcignore)
+
+
 class RecordStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.timings_path = self.path.with_name(TIMINGS)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, QueryRecord] = {}
         if self.path.exists():
             self._load()
+        if self.timings_path.exists():
+            _drop_incomplete_line(self.timings_path)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._timings = open(self.timings_path, "a", encoding="utf-8")
 
     def _load(self) -> None:
         """Resume: every complete line must be a record; an incomplete last line (no newline: a kill cut it) is
@@ -81,19 +91,48 @@ class RecordStore:
 
     def add(self, record: QueryRecord) -> None:
         self.records[record.id] = record
-        self._file.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+        body, timings = split_timings(record.to_dict())
+        self._file.write(json.dumps(body, ensure_ascii=False) + "\n")
         self._file.flush()
+        self._timings.write(json.dumps(timings) + "\n")
+        self._timings.flush()
 
     def finalize(self, order: list[str]) -> list[QueryRecord]:
-        """Rewrite the file atomically: one line per query, in ``order``."""
+        """Rewrite the files atomically: one line per query, in ``order``."""
         self.close()
         rows = [self.records[i] for i in order if i in self.records]
-        write_jsonl(self.path, (r.to_dict() for r in rows))
+        split = [split_timings(r.to_dict()) for r in rows]
+        write_jsonl(self.timings_path, (t for _, t in split))
+        write_jsonl(self.path, (body for body, _ in split))
         return rows
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        for f in (self._file, getattr(self, "_timings", None)):
+            if f is not None and not f.closed:
+                f.close()
+
+
+def _drop_incomplete_line(path: Path) -> None:
+    """Cut a last line without its newline (a kill's), so that the next append starts a line of its own."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
+def read_timings(path: Path) -> dict[str, dict]:
+    """{query id: its timings} from ``timings.jsonl``; what cannot be read is left out (times are not results)."""
+    found = {}
+    if not path.is_file():
+        return found
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+                found[row["id"]] = row
+            except (ValueError, TypeError, KeyError, RecursionError):
+                continue
+    return found
 
 
 class Run:
@@ -204,6 +243,7 @@ def read_records(path: Path, allow_cut: bool = False) -> tuple[list[QueryRecord]
     records, cut = [], 0
     if not path.is_file():  # a directory; a FIFO would block
         raise UserError(f"{path} is not a regular file; move it away (the run then starts over)")
+    timings = read_timings(path.with_name(TIMINGS))
     with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if not line.endswith(b"\n"):  # only the last line can lack its newline
@@ -214,7 +254,8 @@ def read_records(path: Path, allow_cut: bool = False) -> tuple[list[QueryRecord]
             if not line.strip():
                 continue
             try:
-                records.append(QueryRecord.from_dict(loads(line.decode("utf-8"), f"{path} line {n}")))
+                row = loads(line.decode("utf-8"), f"{path} line {n}")
+                records.append(QueryRecord.from_dict(join_timings(row, timings.get(row.get("id")))))
             except UserError:
                 raise
             except (ValueError, TypeError, KeyError, AttributeError) as e:  # bad UTF-8 or JSON, or not a record
@@ -301,5 +342,5 @@ def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
         s = scores[r.id]
         rows.append([r.id, r.query, *(s[m] for m in metrics), s.get("complete", True),
                      sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
-                     round(r.wall_time, 3)])
+                     None if r.wall_time is None else round(r.wall_time, 3)])
     return columns, rows
