@@ -381,6 +381,28 @@ def test_ark_ask_whose_every_model_call_fails_exits_1_in_one_line(tiny_project, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and err[-1].startswith("incomplete: every agent's model calls failed (2 of 2 agents")
     assert not (tmp_path / "out.json").exists()  # no answer file for a question nobody answered
+    assert "failed after 2 attempts: InternalServerError" in err[-1]
+
+
+def test_ark_ask_without_its_key_says_no_call_was_made(tiny_project, capsys, monkeypatch):
+    from ark.cli import main
+
+    monkeypatch.delenv("ARK_UNSET_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    build_index(compose_cfg(tiny_project + ["retriever.params.stemmer=null"]))
+    code = main(["ask", "Which finding of the lens of the eye", *tiny_project, "retriever.params.stemmer=null",
+                 "backbone=gpt-4.1", "backbone.api_key_env=ARK_UNSET_KEY", "llm.cache=null", "agent.n_agents=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and "no call was made: the environment variable ARK_UNSET_KEY" in err[-1], err
+    assert "attempts" not in err[-1]
+
+
+def test_a_timeout_names_the_settings_that_trade_waiting_against_load():
+    retry = RetryPolicy(max_attempts=3, timeout=120)
+    text = retry.failure("Timeout: litellm.Timeout: Connection timed out after 120.0 seconds.")
+    assert "llm.retry.timeout=120 s, 3 attempts" in text and "eval.concurrency" in text
+    assert retry.failure("InternalServerError: boom") == "failed after 3 attempts: InternalServerError: boom"
 
 
 def test_ark_ask_shows_each_agent_whose_path_differs():

@@ -559,10 +559,11 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
     ("estimate", ["agent=nonexistent"], "agent=nonexistent: no such option"),
     ("estimate", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
     ("ask", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], "put it in an environment variable"),
+    ("ask", ["backbone=gpt-4.1", "+backbone.extra.api_base=http://127.0.0.1:9/v1"], "give it as backbone.api_base"),
     ("estimate", ["backbone=gpt-4.1", f"+backbone.extra.db_password={CANARY}"], "put it in an environment variable"),
 ], ids=["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",
         "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus",
-        "ask-secret", "estimate-secret"])
+        "ask-secret", "ask-extra-api_base", "estimate-secret"])
 def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path, capsys, command, overrides, message):
     from ark.cli import main
 

@@ -97,9 +97,9 @@ def ask(question: str, overrides: list[str], max_lines: int = 8, out=None):
     failed = [t for t in record.agents if t.errors]
     if failed and len(failed) == len(record.agents):  # nothing was answered: not a result, whatever the list holds
         last = " ".join(str(failed[-1].errors[-1]).split())
-        raise IncompleteRun(f"every agent's model calls failed ({len(failed)} of {len(record.agents)} agents, after "
-                            f"{spec.llm.retry.max_attempts} attempts each; the last: {last[:200]}); nothing was "
-                            "answered. Check the backbone's server and key, or raise llm.retry.timeout")
+        raise IncompleteRun(f"every agent's model calls failed ({len(failed)} of {len(record.agents)} agents; the "
+                            f"last: {spec.llm.retry.failure(last)[:300]}); nothing was answered. Check the backbone's "
+                            "server and key")
     print(f"\nAnswer ({cfg.agent.aggregation} over {cfg.agent.n_agents} agents):", file=out)
     for rank, v in enumerate(record.ranking, 1):
         print(f"{rank:>3}. [{v}] {printable(g.type_name(v), False)} | {printable(g.name[v], False)} | "

@@ -53,6 +53,26 @@ class RetryPolicy:
         for name in ("timeout", "local_timeout"):
             check_number(f"llm.retry.{name}", getattr(self, name), above=True, unit=" (seconds)")
 
+    def failure(self, error: str) -> str:
+        """A failed model call's error (``LLMResult.error``) worded with how many attempts it took and what to
+        change: a missing key made none; a timeout names the settings that trade waiting against load."""
+        if error.startswith("MissingKey"):
+            return f"no call was made: {error[len('MissingKey: '):]}"
+        if error.startswith(("Timeout", "APITimeoutError")):
+            return (f"calls timed out after llm.retry.timeout={self.timeout:g} s, {self.max_attempts} attempts "
+                    f"({error[:120]}); a busy server answers slower the more requests are in flight: lower "
+                    "eval.concurrency (or agent.n_agents) or raise llm.retry.timeout")
+        return f"failed after {self.max_attempts} attempts: {error}"
+
+
+# litellm.completion's arguments that the client sets from other settings: backbone.extra may not hold them
+CLIENT_ARGUMENTS = {"model": "backbone.model", "messages": "the agent's conversation",
+                    "temperature": "backbone.temperature", "top_p": "backbone.top_p",
+                    "max_tokens": "backbone.max_tokens", "seed": "the run's seed", "tools": "the agent's tools",
+                    "tool_choice": "backbone.tool_choice", "api_base": "backbone.api_base",
+                    "base_url": "backbone.api_base", "api_key": "an environment variable named by backbone.api_key_env",
+                    "timeout": "llm.retry.timeout", "num_retries": "llm.retry.max_attempts"}
+
 
 @dataclass
 class Backbone:
@@ -86,6 +106,12 @@ class Backbone:
         check_choice("backbone.tool_mode", self.tool_mode, TOOL_MODES)
         check_choice("backbone.tool_choice", self.tool_choice, TOOL_CHOICES)
         check_int("backbone.context_window", self.context_window, none=True)
+        if not isinstance(self.extra, dict):
+            raise UserError("backbone.extra must be a mapping of keyword arguments for litellm")
+        taken = sorted(set(self.extra) & set(CLIENT_ARGUMENTS))
+        if taken:
+            raise UserError(f"backbone.extra.{taken[0]} is an argument the client sets itself; give it as "
+                            f"{CLIENT_ARGUMENTS[taken[0]]}")
 
     def resolved_api_base(self, environ=None) -> str | None:
         return resolved_api_base(self.model, self.api_base, environ)

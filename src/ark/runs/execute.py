@@ -86,8 +86,8 @@ def execute(spec: RunSpec, stage: str) -> dict:
     if incomplete and not spec.eval.allow_incomplete:
         error = next((e for r in records for ag in r.agents for e in ag.errors), "none")
         instead = (f"score the {len(records) - incomplete} complete ones" if labels else "keep them as they are")
-        raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls failed after "
-                            f"{spec.llm.retry.max_attempts} attempts, e.g. {error}); rerun to resume them, or set "
+        raise IncompleteRun(f"{incomplete} of {len(queries)} queries are incomplete (model calls: "
+                            f"{spec.llm.retry.failure(error)}); rerun to resume them, or set "
                             f"eval.allow_incomplete=true to {instead}. Records: {run.dir}")
     broken = sum(any(a.tool_failures for a in r.agents) for r in records)
     if broken > len(records) / 2:  # a damaged index or a bug, not the agents: no metrics may say otherwise
