@@ -205,6 +205,7 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
         raise UserError(f"metrics must be a non-empty list such as [hit@1, mrr], got {metrics!r}")
     for metric in metrics:
         parse_metric(metric)
+    check_int("cpu_threads", config.get("cpu_threads"), none=True)
     return RunSpec(dataset=make(cfg.dataset, "dataset"), queries=make(cfg.queries, "queries"),
                    retriever=make(cfg.retriever, "retriever"), split=config["split"],
                    subset_seed=config["subset_seed"], eval=evaluation, baseline_depth=config["baseline"]["depth"],

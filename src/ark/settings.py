@@ -37,7 +37,7 @@ def check_number(key: str, value, least: float = 0.0, most: float | None = None,
           and (value > least if above else value >= least) and (most is None or value <= most))
     if not ok:
         bounds = f"{'>' if above else '>='} {least:g}" + (f" and <= {most:g}" if most is not None else "")
-        raise UserError(f"{key} must be {'null or ' if none else ''}a number {bounds}{unit}, got {value!r}")
+        raise UserError(f"{key} must be {'null or ' if none else ''}a finite number {bounds}{unit}, got {value!r}")
 
 
 def check_bool(key: str, value) -> None:
