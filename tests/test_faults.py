@@ -283,6 +283,21 @@ def test_a_full_disk_ends_a_stage_in_one_line_and_leaves_no_temporary_file(tmp_p
     assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp
 
 
+def test_a_disk_that_fills_while_records_are_rewritten_leaves_no_temporary_file(tmp_path):
+    """write_jsonl (a run's records and timings at finalize): the temporary file is removed when a write fails."""
+    import errno
+
+    from ark.io import write_jsonl
+
+    def rows():
+        yield {"id": "q1"}
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_jsonl(tmp_path / "records.jsonl", rows())
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp
+
+
 def test_ctrl_c_ends_a_stage_in_one_line(capsys):
     from ark.stages import clear_errors
 

@@ -63,11 +63,15 @@ def write_jsonl(path: str | Path, rows) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a kill: no half-written temporary file is left beside it
+        tmp.unlink(missing_ok=True)
+        raise
     return n
 
 
