@@ -197,6 +197,13 @@ def mkdir(name):
     return lambda p: (p / name).mkdir(parents=True, exist_ok=True)
 
 
+def packets_and_loop(p):
+    """A directory of one good phenopacket file and a link to itself named like one."""
+    (p / "cases").mkdir()
+    (p / "cases" / "c1.json").write_text(json.dumps(PACKET))
+    (p / "cases" / "loop.json").symlink_to(p / "cases" / "loop.json")
+
+
 def symlink_loop(p):
     (p / "loop").symlink_to(p / "loop")
 
@@ -370,6 +377,8 @@ CASES = [
      "backbone.extra.api_key: a secret given on the command line", True),
     ("secret-password", "collect", [f"+backbone.extra.db_password={CANARY}"], None,
      "backbone.extra.db_password: a secret given", True),
+    ("pheno-dir-loop", "make_queries", ["queries=phenopackets", "queries.source=${paths.root}/cases"], packets_and_loop,
+     "loop.json: not a readable file (a broken or looping link?)", False),
     ("pheno-empty", "make_queries", PHENO, write("cases.jsonl", ""), "holds no phenopacket", False),
     ("pheno-blank-lines", "make_queries", PHENO, write("cases.jsonl", "\n  \n\n"), "holds no phenopacket", False),
     ("pheno-none-usable", "make_queries", PHENO, write("cases.jsonl", json.dumps({**PACKET, "diseases": []}) + "\n"),

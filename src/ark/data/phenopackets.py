@@ -79,7 +79,11 @@ def read_phenopackets(path_or_url: str | os.PathLike) -> Iterator[dict]:
 
 def packet_files(directory: str | os.PathLike) -> list[Path]:
     """The phenopacket files of a directory (``PACKET_FILES``, not its subdirectories), in name order."""
-    files = sorted(p for p in Path(directory).iterdir() if p.is_file() and p.name.endswith(PACKET_FILES))
+    named = sorted(p for p in Path(directory).iterdir() if p.name.endswith(PACKET_FILES))
+    files = [p for p in named if p.is_file()]
+    unreadable = [p for p in named if not p.is_file() and not p.is_dir()]
+    if unreadable:  # a broken or looping link, a FIFO: named as a case, never skipped unsaid
+        raise UserError(f"{unreadable[0]}: not a readable file (a broken or looping link?); remove it or fix it")
     if not files:
         kinds = ", ".join("*" + suffix for suffix in PACKET_FILES)
         raise UserError(f"{directory}: a directory without phenopacket files ({kinds})")
