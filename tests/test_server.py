@@ -308,3 +308,15 @@ def test_511_kept_alive_connections_trickling_their_next_headers_do_not_hold_the
         status, served_after, closed = asyncio.run(scenario(server))
     assert status == 200 and served_after < 5  # within a few header deadlines, not for as long as they trickle
     assert closed == 511  # the server closed every trickling connection
+
+
+@pytest.mark.parametrize("body", [b"[1, 2, 3]", b"[" * 100_000 + b"]" * 100_000, b'{"model": "slow"}', b"{not json"],
+                         ids=["array", "nested-100k", "no-messages", "not-json"])
+def test_a_clients_malformed_body_is_a_400_and_costs_no_generation(body):
+    model = SlowModel()
+    with ChatServer(model.generate) as server:
+        req = urllib.request.Request(server.url + "/chat/completions", body, {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(req, timeout=10)
+        assert answered.value.code == 400 and model.calls == 0
+        assert post(server, timeout=10)[0] == 200  # and the server goes on serving

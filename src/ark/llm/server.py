@@ -247,6 +247,10 @@ class ChatServer:
                 body = json.loads(raw or b"{}")
             except ValueError as e:
                 return _error(400, f"the body is not JSON: {e}")
+            except RecursionError:
+                return _error(400, "the body is nested deeper than the JSON reader's limit")
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):  # the client's error
+                return _error(400, "the body must be a JSON object with a 'messages' list")
             return JSONResponse(await self._reply(request, body))
         except ClientDisconnect:
             self.dropped += 1
