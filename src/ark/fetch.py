@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -29,6 +30,7 @@ def hf_url(repo: str, revision: str, path: str, repo_type: str = "dataset") -> s
 
 def download(url: str, to: Path, hint: str = "; without network, set ARK_MIRROR to a directory holding a copy") -> None:
     """``url`` into the file ``to``; any network failure is one line naming the URL, then ``hint``."""
+    print(f"downloading {url}", file=sys.stderr, flush=True)
     try:
         with urllib.request.urlopen(url, timeout=60) as response, open(to, "wb") as out:
             shutil.copyfileobj(response, out, 1 << 20)
@@ -56,6 +58,7 @@ def fetch_pinned(target: str | os.PathLike, *, url: str, sha256: str | None, onl
         if sha256 is None:
             raise UserError(f"{source}: no sha256 is pinned for {url}, so a mirror's copy cannot be checked; unset "
                             f"ARK_MIRROR and set {setting} to download it")
+        print(f"copying {source} (the mirror's copy of {url})", file=sys.stderr, flush=True)
         _put(target, lambda tmp: shutil.copyfile(source, tmp), sha256, str(source),
              f"the mirror holds another version of this file: unset ARK_MIRROR and set {setting} to download {url}")
     elif online:

@@ -1,4 +1,5 @@
 """Stage build_index: node documents -> a persisted relevance index in ``dataset.index_dir``."""
+import sys
 import time
 
 import hydra
@@ -19,6 +20,8 @@ def run(cfg: DictConfig) -> dict:
     graph = load_graph(cfg.dataset)
     if graph.num_nodes == 0:
         raise UserError(f"the graph at {cfg.dataset.graph_dir} has no nodes: nothing to index")
+    print(f"indexing {graph.num_nodes:,} node documents ({cfg.retriever.name}) into {cfg.dataset.index_dir}",
+          file=sys.stderr, flush=True)
     start = time.perf_counter()
     index = make(cfg.retriever, "retriever").build(graph.doc)
     seconds = time.perf_counter() - start
@@ -37,7 +40,8 @@ def main(cfg: DictConfig) -> None:
     with stage_run(cfg, "build_index") as log:
         info = run(cfg)
         log_summary(log, info)
-    print(info)
+    print(f"{info['retriever']} index of {info['num_docs']:,} documents built in {info['build_seconds']:g} s: "
+          f"{cfg.dataset.index_dir}")
 
 
 if __name__ == "__main__":
