@@ -2,6 +2,7 @@
 step exits 0 and prints what the README shows. It downloads BioKG's pinned sources from PyPI and the Debian archive,
 as a new user's first `dvc repro` does."""
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ def test_the_readme_quick_start_runs_and_prints_what_the_readme_shows(tmp_path):
     for step in steps:
         result = quickstart.run_step(step, tmp_path, ROOT / ".venv", timeout=600)
         assert result.returncode == 0 and not result.missing, (step.code, result.missing, result.output[-3000:])
+    # a reproduction that changed no result changes no tracked file: dvc.lock and the published results as committed
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert status.stdout == "", status.stdout[-3000:]
     # after the quick start alone, `make check` checks nothing and says so (its command, as the Makefile runs it)
     check = quickstart.run_step(quickstart.Step("bash", "python -m ark.report.check", None), tmp_path, ROOT / ".venv",
                                 timeout=600)
