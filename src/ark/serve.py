@@ -20,16 +20,16 @@ def served_name(backbone) -> str:
     return f"{name}-{Path(backbone.local.adapter).name}" if backbone.local.adapter else name
 
 
-def usage(name: str, url: str) -> str:
+def usage(name: str, url: str, rows: int) -> str:
     """How to reach the server: a run, curl, the openai client, litellm."""
     return "\n".join([
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
         f"  python -m ark.stages.evaluate backbone=qwen3-8b backbone.name={name} backbone.model=openai/{name} "
         f"backbone.api_base={url} backbone.api_key_env=null backbone.context_window=8192 backbone.extra={{}} "
-        "agent.n_agents=1 eval.concurrency=1 eval.limit=5",
-        "  (one model answers one request at a time on a CPU, hence one agent and one query at a time: with more in "
-        "flight a reply can wait past llm.retry.timeout)",
+        "eval.limit=5",
+        f"  (it decodes up to {rows} requests together, agent.n_agents x eval.concurrency of a default run; with more "
+        "in flight a reply waits longer and may pass llm.retry.timeout)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
         f"openai:  OpenAI(base_url=\"{url}\", api_key=\"none\").chat.completions.create(model=\"{name}\", ...)",
@@ -37,17 +37,30 @@ def usage(name: str, url: str) -> str:
     ])
 
 
+def served_config(overrides: list[str]):
+    """The config ``ark serve`` builds its model from: the embedded model unless a backbone is chosen, decoding a
+    row for every request a default run keeps in flight (agent.n_agents x eval.concurrency) unless
+    ``backbone.local.decode_rows`` is given."""
+    from ark.config import compose
+
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if "backbone" not in keys:
+        overrides = ["backbone=local_smollm2", *overrides]
+    cfg = compose(overrides)
+    if "backbone.local.decode_rows" not in keys and "local" in cfg.backbone:
+        cfg.backbone.local.decode_rows = cfg.agent.n_agents * cfg.eval.concurrency
+    return cfg
+
+
 def server(overrides: list[str], host: str, port: int):
-    """(the server, not yet started; its model's name) for ``overrides`` (default: the embedded model)."""
+    """(the server, not yet started; its model's name; its decoding rows) for ``overrides`` (default: the embedded
+    model, decoding as many requests together as a default run keeps in flight)."""
     from ark import build
     from ark.agent.backbones import LocalBackbone
-    from ark.config import compose
     from ark.llm.local import LocalChatModel
     from ark.llm.server import ChatServer
 
-    if not any(o.split("=", 1)[0].lstrip("+~") == "backbone" for o in overrides):
-        overrides = ["backbone=local_smollm2", *overrides]
-    spec = build.spec(compose(overrides), "evaluate")
+    spec = build.spec(served_config(overrides), "evaluate")
     backbone = spec.backbone
     if not isinstance(backbone, LocalBackbone):
         raise UserError(f"ark serve serves the embedded model or a student (backbone=local_smollm2, backbone=student "
@@ -61,13 +74,13 @@ def server(overrides: list[str], host: str, port: int):
                           max_queue=64, keep_abandoned=True, **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return chat, name
+    return chat, name, backbone.local.decode_rows
 
 
 def serve(overrides: list[str], host: str = "127.0.0.1", port: int = 8000, ready=None, stop=None) -> None:
     """Serve until Ctrl-C (or until ``stop``, a ``threading.Event``, is set); ``ready(url, name)`` is called once
     the server listens (the default prints how to reach it)."""
-    chat, name = server(overrides, host, port)
+    chat, name, rows = server(overrides, host, port)
     with chat:
-        (ready or (lambda url, n: print(usage(n, url), flush=True)))(chat.url, name)
+        (ready or (lambda url, n: print(usage(n, url, rows), flush=True)))(chat.url, name)
         (stop or threading.Event()).wait()
