@@ -20,10 +20,11 @@ def run(cfg: DictConfig) -> dict:
     graph = load_graph(cfg.dataset)
     if graph.num_nodes == 0:
         raise UserError(f"the graph at {cfg.dataset.graph_dir} has no nodes: nothing to index")
+    retriever = make(cfg.retriever, "retriever")  # its settings checked before anything is said or done
     print(f"indexing {graph.num_nodes:,} node documents ({cfg.retriever.name}) into {cfg.dataset.index_dir}",
           file=sys.stderr, flush=True)
     start = time.perf_counter()
-    index = make(cfg.retriever, "retriever").build(graph.doc)
+    index = retriever.build(graph.doc)
     seconds = time.perf_counter() - start
     # no timings: a rebuild is byte-identical
     info = {"retriever": cfg.retriever.name, "num_docs": graph.num_nodes, "settings": index_settings(resolved(cfg.retriever))}
