@@ -75,3 +75,47 @@ def test_a_given_decode_rows_is_kept_and_the_default_follows_the_run_defaults():
     assert served_config([]).backbone.local.decode_rows == 24
     assert served_config(["agent.n_agents=1", "eval.concurrency=4"]).backbone.local.decode_rows == 4
     assert served_config(["backbone.local.decode_rows=2"]).backbone.local.decode_rows == 2
+
+
+def test_the_printed_run_command_carries_the_served_models_name_sampling_and_address():
+    from ark import build
+    from ark.serve import run_command, served_config
+
+    embedded = build.spec(served_config([]), "evaluate").backbone
+    assert run_command(embedded, "http://127.0.0.1:8000/v1") == (
+        "python -m ark.stages.evaluate backbone=served backbone.name=smollm2 backbone.model=openai/smollm2 "
+        "eval.limit=5")  # conf/backbone/served.yaml holds the embedded model's sampling and ark serve's address
+    student = build.spec(served_config(["backbone=student", "backbone.local.adapter=/x/my-student"]),
+                         "evaluate").backbone
+    command = run_command(student, "http://0.0.0.0:9000/v1")
+    assert "backbone.name=smollm2-my-student backbone.model=openai/smollm2-my-student" in command
+    assert "backbone.api_base=http://0.0.0.0:9000/v1" in command
+    assert "backbone.temperature=0.0" in command and "backbone.max_tokens=256" in command
+
+
+def test_the_printed_command_composes_to_a_run_against_the_served_model():
+    from ark import build
+    from ark.agent.backbones import LocalBackbone
+    from ark.config import compose
+
+    words = ("backbone=served backbone.name=smollm2-s backbone.model=openai/smollm2-s "
+             "backbone.api_base=http://127.0.0.1:9000/v1 backbone.max_tokens=256").split()
+    backbone = build.spec(compose(words), "evaluate").backbone
+    assert not isinstance(backbone, LocalBackbone) and backbone.endpoint() == "http://127.0.0.1:9000/v1"
+    assert backbone.name == "smollm2-s" and backbone.max_tokens == 256 and backbone.api_key_env is None
+
+
+def test_a_reply_is_held_to_the_served_max_tokens_and_a_bad_max_tokens_is_a_400():
+    from ark.llm.server import HTTPError
+    from ark.serve import capped
+
+    seen = []
+    generate = capped(lambda request: seen.append(request) or {}, 160)
+    generate({"messages": [], "max_tokens": 1024})
+    generate({"messages": [], "max_completion_tokens": 20})
+    generate({"messages": []})
+    assert [r["max_tokens"] for r in seen] == [160, 20, 160]
+    for bad in ("many", 0, -5, 2.5, True):
+        with pytest.raises(HTTPError) as e:
+            generate({"messages": [], "max_tokens": bad})
+        assert e.value.status == 400

@@ -20,21 +20,52 @@ def served_name(backbone) -> str:
     return f"{name}-{Path(backbone.local.adapter).name}" if backbone.local.adapter else name
 
 
-def usage(name: str, url: str, rows: int) -> str:
+def run_command(backbone, url: str) -> str:
+    """The evaluation that ``ark serve`` prints: ``backbone=served`` (conf/backbone/served.yaml) named after the
+    served model, with the served backbone's sampling where it differs from that file's, and its URL where it is
+    not the file's default."""
+    from omegaconf import OmegaConf
+
+    from ark.config import CONF
+
+    name = served_name(backbone)
+    words = ["python -m ark.stages.evaluate backbone=served", f"backbone.name={name}", f"backbone.model=openai/{name}"]
+    default = OmegaConf.load(CONF / "backbone" / "served.yaml")
+    if url != "http://127.0.0.1:8000/v1":
+        words.append(f"backbone.api_base={url}")
+    words += [f"backbone.{key}={getattr(backbone, key)}" for key in ("temperature", "top_p", "max_tokens")
+              if getattr(backbone, key) != default.get(key)]
+    return " ".join([*words, "eval.limit=5"])
+
+
+def usage(backbone, url: str, rows: int) -> str:
     """How to reach the server: a run, curl, the openai client, litellm."""
+    name = served_name(backbone)
     return "\n".join([
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
-        f"  python -m ark.stages.evaluate backbone=qwen3-8b backbone.name={name} backbone.model=openai/{name} "
-        f"backbone.api_base={url} backbone.api_key_env=null backbone.context_window=8192 backbone.extra={{}} "
-        "eval.limit=5",
-        f"  (it decodes up to {rows} requests together, agent.n_agents x eval.concurrency of a default run; with more "
-        "in flight a reply waits longer and may pass llm.retry.timeout)",
+        f"  {run_command(backbone, url)}",
+        f"  (it decodes up to {rows} requests together, agent.n_agents x eval.concurrency of a default run; a reply is "
+        f"at most {backbone.max_tokens} tokens, backbone.max_tokens)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
         f"openai:  OpenAI(base_url=\"{url}\", api_key=\"none\").chat.completions.create(model=\"{name}\", ...)",
         f"litellm: litellm.completion(model=\"openai/{name}\", api_base=\"{url}\", api_key=\"none\", ...)",
     ])
+
+
+def capped(generate, max_tokens: int):
+    """``generate`` with every request's reply held to ``max_tokens``: a client asking for more (a hosted
+    backbone's 1,024) would keep a decoding row for minutes while the small model runs on inside a string."""
+    from ark.llm.server import HTTPError
+
+    def generate_capped(request: dict) -> dict:
+        asked = next((request[k] for k in ("max_tokens", "max_completion_tokens") if request.get(k) is not None),
+                     max_tokens)
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+            raise HTTPError(400, f"max_tokens must be a positive integer, not {asked!r}"[:200])
+        return generate({**request, "max_tokens": min(asked, max_tokens), "max_completion_tokens": None})
+    return generate_capped
 
 
 def served_config(overrides: list[str]):
@@ -52,14 +83,29 @@ def served_config(overrides: list[str]):
     return cfg
 
 
+def fewer_heaps() -> None:
+    """At most two glibc heaps (arenas) for the server's threads, set before the model loads. By default each of
+    the decoding threads gets a heap of its own, and the key/value tensors freed in one stay mapped while another
+    allocates: a default run's 15 agents took the server to 15 GB, 8.5 GB with two, in the same time
+    (benchmarks/README.md, *ark serve*)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 2)  # M_ARENA_MAX
+    except (OSError, AttributeError):  # not glibc: its allocator is left as it is
+        pass
+
+
 def server(overrides: list[str], host: str, port: int):
-    """(the server, not yet started; its model's name; its decoding rows) for ``overrides`` (default: the embedded
-    model, decoding as many requests together as a default run keeps in flight)."""
+    """(the server, not yet started; the served backbone; its decoding rows) for ``overrides`` (default: the
+    embedded model, decoding as many requests together as a default run keeps in flight, each reply at most the
+    backbone's ``max_tokens``)."""
     from ark import build
     from ark.agent.backbones import LocalBackbone
     from ark.llm.local import LocalChatModel
     from ark.llm.server import ChatServer
 
+    fewer_heaps()
     spec = build.spec(served_config(overrides), "evaluate")
     backbone = spec.backbone
     if not isinstance(backbone, LocalBackbone):
@@ -70,17 +116,18 @@ def server(overrides: list[str], host: str, port: int):
     model = LocalChatModel(**dataclasses.asdict(backbone.local), name=name, cache_dir=spec.paths.models,
                            threads=spec.cpu_threads)
     try:
-        chat = ChatServer(model.generate, host=host, port=port, model_name=name, workers=backbone.local.decode_rows,
-                          max_queue=64, keep_abandoned=True, **dataclasses.asdict(spec.llm.server))
+        chat = ChatServer(capped(model.generate, backbone.max_tokens), host=host, port=port, model_name=name,
+                          workers=backbone.local.decode_rows, max_queue=64, keep_abandoned=True,
+                          **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return chat, name, backbone.local.decode_rows
+    return chat, backbone, backbone.local.decode_rows
 
 
 def serve(overrides: list[str], host: str = "127.0.0.1", port: int = 8000, ready=None, stop=None) -> None:
     """Serve until Ctrl-C (or until ``stop``, a ``threading.Event``, is set); ``ready(url, name)`` is called once
     the server listens (the default prints how to reach it)."""
-    chat, name, rows = server(overrides, host, port)
+    chat, backbone, rows = server(overrides, host, port)
     with chat:
-        (ready or (lambda url, n: print(usage(n, url, rows), flush=True)))(chat.url, name)
+        (ready or (lambda url, name: print(usage(backbone, url, rows), flush=True)))(chat.url, served_name(backbone))
         (stop or threading.Event()).wait()
