@@ -71,3 +71,37 @@ def test_runs_on_other_queries_are_refused_in_one_line_unless_asked(two_runs, ca
     assert main(["compare", str(bm25), str(other), "--any-queries", "--paths", *overrides]) == 0
     assert main(["compare", str(bm25), "--paths", *overrides]) == 2
     assert main(["compare", str(bm25), str(tmp_path / "nowhere"), "--paths", *overrides]) == 2
+
+
+@pytest.mark.e2e
+def test_the_published_pair_compares_as_table1_paired_shows_it(tmp_path, shared_dir):
+    """`ark compare` on ARK's and BM25's published case-report runs, regenerated in a fresh copy, prints the
+    difference, interval and p that the committed table1_paired.md prints for that pair."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, load_benchmark
+
+    load_benchmark("quickstart").fresh_copy(tmp_path)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(tmp_path / "src"), "ARK_MIRROR": str(shared_dir)}
+    pair = ["baseline@phenopackets-lpo-bm25", "evaluate@ark-phenopackets-lpo"]
+    repro = subprocess.run([sys.executable, "-m", "dvc", "repro", *pair], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=1800)
+    assert repro.returncode == 0, repro.stdout[-3000:] + repro.stderr[-3000:]
+    shown = subprocess.run([sys.executable, "-m", "ark.cli", "compare", *pair, "--json", str(tmp_path / "c.json")],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    with open(ROOT / "results" / "tables" / "table1_paired.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["compared with"] == "BM25")
+    comparison = json.loads((tmp_path / "c.json").read_text())["comparisons"][0]
+    assert comparison["n"] == int(row["phenopackets n"])
+    for metric, column in (("hit@1", "phenopackets Hit@1 diff"), ("mrr", "phenopackets MRR diff")):
+        e = comparison["difference"][metric]
+        assert [round(e[k], 2) for k in ("value", "lo", "hi")] == [float(row[column + s]) for s in ("", " lo", " hi")]
+        assert round(e["p"], 3) == float(row[column + " p"])
+        cell = f"{float(row[column]):.2f} [{float(row[column + ' lo']):.1f}, {float(row[column + ' hi']):.1f}] " \
+               f"p={float(row[column + ' p']):.3f}"
+        assert f"{metric:<10} {cell}" in shown.stdout  # as the table's Markdown prints it
