@@ -84,10 +84,10 @@ def served_config(overrides: list[str]):
 
 
 def fewer_heaps() -> None:
-    """At most two glibc heaps (arenas) for the server's threads, set before the model loads. By default each of
-    the decoding threads gets a heap of its own, and the key/value tensors freed in one stay mapped while another
-    allocates: a default run's 15 agents took the server to 15 GB, 8.5 GB with two, in the same time
-    (benchmarks/README.md, *ark serve*)."""
+    """At most two glibc heaps (arenas) for the server's threads, set before the model loads. By default each
+    decoding thread may get a heap of its own, where freed key/value tensors stay mapped while another thread
+    allocates: a default run of 5 queries peaked at 14.7 GiB in one run and 8.0 GiB in another, and at 8.3-8.4 GiB
+    in each of three with two heaps (benchmarks/README.md, serve_run.py)."""
     import ctypes
 
     try:
