@@ -2,6 +2,7 @@
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -625,3 +626,25 @@ def test_a_leave_publication_out_cut_has_the_nodes_of_its_graph_and_stark_has_ot
     assert not same_graph_up_to_cut(prime, biokg)
     other_documents = {**lpo, "documents": {**lpo["documents"], "max_per_relation": 5}}
     assert not same_graph_up_to_cut(other_documents, biokg)
+
+
+def test_a_run_directorys_dvc_hash_leaves_out_its_times_and_the_machine_they_were_taken_on(tmp_path):
+    """The committed .dvcignore in a DVC repository: a run directory that differs only in timings.jsonl and
+    machine.json (another CPU, another kernel) hashes the same, so a rerun elsewhere leaves dvc.lock unchanged."""
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    shutil.copy(ROOT / ".dvcignore", tmp_path / ".dvcignore")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "records.jsonl").write_text('{"id": "q1"}\n')
+
+    def hashed(processor: str, records: str = '{"id": "q1"}\n') -> str:
+        (run / "records.jsonl").write_text(records)
+        (run / "machine.json").write_text(json.dumps({"processor": processor}))
+        (run / "timings.jsonl").write_text(json.dumps({"wall": len(processor)}))
+        subprocess.run([*dvc, "add", "-q", "run"], cwd=tmp_path, check=True)
+        return (tmp_path / "run.dvc").read_text()
+
+    intel = hashed("Intel(R) Xeon(R) Processor")
+    assert hashed("AMD EPYC 9R14") == intel
+    assert hashed("AMD EPYC 9R14", '{"id": "q2"}\n') != intel  # the records are hashed
