@@ -31,21 +31,21 @@ def run_command(backbone, url: str) -> str:
     name = served_name(backbone)
     words = ["python -m ark.stages.evaluate backbone=served", f"backbone.name={name}", f"backbone.model=openai/{name}"]
     default = OmegaConf.load(CONF / "backbone" / "served.yaml")
-    if url != "http://127.0.0.1:8000/v1":
+    if url != default.api_base:
         words.append(f"backbone.api_base={url}")
     words += [f"backbone.{key}={getattr(backbone, key)}" for key in ("temperature", "top_p", "max_tokens")
               if getattr(backbone, key) != default.get(key)]
     return " ".join([*words, "eval.limit=5"])
 
 
-def usage(backbone, url: str, rows: int) -> str:
+def usage(backbone, url: str) -> str:
     """How to reach the server: a run, curl, the openai client, litellm."""
     name = served_name(backbone)
     return "\n".join([
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
         f"  {run_command(backbone, url)}",
-        f"  (it decodes up to {rows} requests together, agent.n_agents x eval.concurrency of a default run; a reply is "
+        f"  (it decodes up to {backbone.local.decode_rows} requests together, agent.n_agents x eval.concurrency of a default run; a reply is "
         f"at most {backbone.max_tokens} tokens, backbone.max_tokens)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
@@ -97,7 +97,7 @@ def fewer_heaps() -> None:
 
 
 def server(overrides: list[str], host: str, port: int):
-    """(the server, not yet started; the served backbone; its decoding rows) for ``overrides`` (default: the
+    """(the server, not yet started; the served backbone) for ``overrides`` (default: the
     embedded model, decoding as many requests together as a default run keeps in flight, each reply at most the
     backbone's ``max_tokens``)."""
     from ark import build
@@ -121,13 +121,13 @@ def server(overrides: list[str], host: str, port: int):
                           **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return chat, backbone, backbone.local.decode_rows
+    return chat, backbone
 
 
 def serve(overrides: list[str], host: str = "127.0.0.1", port: int = 8000, ready=None, stop=None) -> None:
     """Serve until Ctrl-C (or until ``stop``, a ``threading.Event``, is set); ``ready(url, name)`` is called once
     the server listens (the default prints how to reach it)."""
-    chat, backbone, rows = server(overrides, host, port)
+    chat, backbone = server(overrides, host, port)
     with chat:
-        (ready or (lambda url, name: print(usage(backbone, url, rows), flush=True)))(chat.url, served_name(backbone))
+        (ready or (lambda url, name: print(usage(backbone, url), flush=True)))(chat.url, served_name(backbone))
         (stop or threading.Event()).wait()
