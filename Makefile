@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make repro   install, then run the embedded BioKG pipeline (dvc repro)
+#   make repro   install, then the code fingerprints (make deps), then the embedded BioKG pipeline (dvc repro)
 #   make test    install, then run the fast offline tests (unit and contract; make test-e2e: the end-to-end ones)
 SHELL := /bin/bash
 VENV ?= .venv
@@ -11,7 +11,7 @@ UV ?= uv
 # requirements/gpu.txt (CUDA torch from PyPI), both resolved from pyproject.toml's ranges and constraints.txt
 LOCK_ARGS := --custom-compile-command 'make lock' pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes
 
-.PHONY: install lock repro check pull deps test test-e2e test-all bench
+.PHONY: install lock repro check pull deps browser test test-e2e test-all bench
 
 $(BIN)/.installed: requirements/cpu.txt requirements/no-deps.txt pyproject.toml
 	rm -rf $(VENV)  # from scratch: a package the lock dropped must not linger
@@ -36,7 +36,7 @@ lock:
 # one W&B group for every stage of this repro (ark.tracking.run_group); a group set beforehand is kept. The output is
 # also written to logs/repro/<group>.log, every line stamped: `python benchmarks/stage_times.py <log>` gives the
 # per-stage times. DVC's closing hint to `dvc push` is dropped when no DVC remote is configured
-repro: install
+repro: deps
 	set -o pipefail; group="$${ARK_WANDB_GROUP:-repro-$$(date +%Y%m%d-%H%M%S)}"; mkdir -p logs/repro; \
 	ARK_WANDB_GROUP="$$group" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro 2>&1 \
 	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin if not (l.startswith("Use `dvc push`") and not sys.argv[1])]' "$$($(BIN)/dvc remote list)" \
@@ -53,10 +53,16 @@ pull: install
 	  echo "make pull: no DVC remote is configured; add one with 'dvc remote add -d <name> <url>' (docs/pipeline.md, Sharing results), or rebuild with make repro" >&2; exit 2; fi
 	$(BIN)/dvc pull
 
-# the generated deps of both pipelines (ark.stage_deps: the source files each entry runs, the config files it
-# composes): run it after adding an entry to params.yaml or moving code; CHECK=1 changes nothing and fails if stale
+# the generated deps of both pipelines (ark.stage_deps): code.yaml, the fingerprint of the code each entry runs (the
+# syntax of the definitions it reaches, without comments or docstrings), and deps.yaml, the config files it composes.
+# make repro runs it first; CHECK=1 changes nothing and fails if a generated file is stale (CI)
 deps: install
 	$(BIN)/python -m ark.stage_deps $(if $(CHECK),--check)
+
+# Debian's chromium for the run-page tests (tests/test_page.py renders pages headless; skipped without it): a setup
+# step, never run inside a test. Needs root and apt-get; elsewhere, install chromium yourself
+browser:
+	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 
 # the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process): test = unit and contract tests (fast);
 # test-e2e = the end-to-end ones (a README walkthrough, dvc repro in copies, sweeps, fault injection); CI runs both

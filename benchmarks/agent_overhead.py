@@ -25,7 +25,8 @@ from ark.agent.policies import LLMPolicy
 from ark.agent.runner import run_queries
 from ark.graph import Graph
 from ark.index import BM25Retriever
-from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.client import LLMClient
+from ark.llm.settings import Backbone, RetryPolicy
 from ark.llm.fake import ScriptedEndpoint, search_explore_answer
 from ark.llm.server import ChatServer
 from ark.settings import AgentSettings

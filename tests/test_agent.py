@@ -20,7 +20,8 @@ from ark import build
 from ark.agent.aggregate import aggregate, ordering, shuffled, voting
 from ark.agent.loop import run_agent
 from ark.agent.policies import LLMPolicy, RulesPolicy
-from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.client import LLMClient
+from ark.llm.settings import Backbone, RetryPolicy
 from ark.runs.store import Run
 from ark.tools.toolbox import Toolbox
 from tests.conftest import ROOT, compose_cfg

@@ -23,6 +23,14 @@ def rules_run(tiny_project):
     return cfg, result["run_dir"], overrides
 
 
+def recipe(overrides: list[str]):
+    """The typed distill settings ``overrides`` compose (what the stage passes to ``ark.distill.train``)."""
+    from ark.config import resolved
+    from ark.distill.settings import distill_settings
+
+    return distill_settings(resolved(compose_cfg(overrides).distill))
+
+
 def tools_of(cfg):
     from ark import build
 
@@ -97,7 +105,7 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          num_key_value_heads=1, intermediate_size=64, max_position_embeddings=4096)
-    d = compose_cfg(["distill=smoke"]).distill
+    d = recipe(["distill=smoke"])
     report = train_lora(LlamaForCausalLM(config), tokenizer, samples[:4], samples[4:], d, tmp_path / "adapter")
     assert report["steps"] == 3 and report["best_eval_loss"] is not None and report["train_samples"] == 4
     assert (tmp_path / "adapter" / "adapter_config.json").exists()
@@ -204,8 +212,8 @@ def test_packed_training_through_trl_on_cpu(rules_run, tokenizer, tmp_path):
 
     cfg, run_dir, _ = rules_run
     samples = list(sft_samples(load_run(run_dir)[1], tools_of(cfg), tokenizer))
-    d = compose_cfg(["distill=smoke", "distill.pack=true", "distill.attn=packed_sdpa",
-                     "distill.max_tokens=8192"]).distill
+    d = recipe(["distill=smoke", "distill.pack=true", "distill.attn=packed_sdpa",
+                     "distill.max_tokens=8192"])
     report = train_lora(tiny_qwen3(register(), len(tokenizer)).train(), tokenizer, samples[:4], samples[4:], d,
                         tmp_path / "adapter")
     assert report["train_rows"] < report["train_samples"] == 4  # several trajectories share a row
@@ -251,13 +259,23 @@ def test_the_recipe_may_recompute_every_nth_layer_only(tmp_path):
     from ark.distill.train import sft_config
     from ark.errors import UserError
 
-    d = compose_cfg(["distill=smoke", "distill.gradient_checkpointing=true", "distill.checkpoint_every=3"]).distill
+    d = recipe(["distill=smoke", "distill.gradient_checkpointing=true", "distill.checkpoint_every=3"])
     args = sft_config(d, tmp_path, 0, has_val=False)
     field = "activation_checkpointing" if hasattr(args, "activation_checkpointing") else "gradient_checkpointing"
     assert getattr(args, field) is True and getattr(args, f"{field}_kwargs") == {"every_n_layers": 3}
-    d.checkpoint_every = 0
-    with pytest.raises(UserError, match="checkpoint_every"):
-        sft_config(d, tmp_path, 0, has_val=False)
+    with pytest.raises(UserError, match="checkpoint_every"):  # the recipe checks itself
+        recipe(["distill=smoke", "distill.checkpoint_every=0"])
+
+
+@pytest.mark.parametrize("override,key", [("distill.lora.r=0", "distill.lora.r"), ("distill.device=tpu", "device"),
+                                          ("distill.learning_rate=.nan", "learning_rate"),
+                                          ("distill.pack=maybe", "distill.pack"), ("+distill.epoch=2", "epoch"),
+                                          ("distill.teacher=[1,2]", "distill.teacher")])
+def test_a_bad_recipe_is_one_error_naming_its_key(override, key):
+    from ark.errors import UserError
+
+    with pytest.raises(UserError, match=key):
+        recipe(["distill=smoke", override])
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -276,8 +294,8 @@ def test_the_loss_from_the_labelled_logits_only_is_the_full_logits_loss(tokenize
     # masked prefixes and gaps, labels in different places in each sample
     samples = [{"input_ids": ids[0], "labels": [IGNORE] * 12 + ids[0][12:20] + [IGNORE] * 10 + ids[0][30:]},
                {"input_ids": ids[1], "labels": ids[1][:3] + [IGNORE] * 17 + ids[1][20:]}]
-    d = compose_cfg(["distill=smoke", f"distill.pack={str(packed).lower()}",
-                     f"distill.attn={'packed_sdpa' if packed else 'sdpa'}", "distill.max_tokens=128"]).distill
+    d = recipe(["distill=smoke", f"distill.pack={str(packed).lower()}",
+                     f"distill.attn={'packed_sdpa' if packed else 'sdpa'}", "distill.max_tokens=128"])
     model = tiny_qwen3(register() if packed else "sdpa")
     t = trainer(model, tokenizer, samples, [], d, tmp_path)
     assert type(t).__name__ == "LabelledLossTrainer"

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from ark.io import write_jsonl
-from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+from ark.llm.cache import ResponseCache
+from ark.llm.client import LLMClient
+from ark.llm.settings import Backbone, RetryPolicy
 from ark.secrets import MARKER, known_keys, scrub
 from tests.conftest import ROOT, compose_cfg
 from tests.fault_openai import ALL, CONTENT, PERMANENT, TRANSIENT, FaultEndpoint

@@ -1,6 +1,6 @@
-"""DVC reruns only what a change touches (dvc.yaml, deps.yaml): no stage of the resolved pipeline depends on a file no
-entry reads (its deps and params, as DVC resolves them); and in a copy of the project with the committed lock,
-``dvc status`` after an edit lists exactly the entries that run the edited file."""
+"""DVC reruns only what a change touches (dvc.yaml, deps.yaml, code.yaml): no stage of the resolved pipeline depends on
+a file no entry reads or on a source file (its code is its fingerprint); and in a copy of the project with the committed
+lock, ``dvc status`` after edits lists exactly the entries whose code changed in behaviour."""
 import contextlib
 import shutil
 import subprocess
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ["dvc.yaml", "params.yaml", "deps.yaml", "conf", "src", "notebooks", "data/sources"]
+COPIED = ["dvc.yaml", "params.yaml", "deps.yaml", "code.yaml", "conf", "src", "notebooks", "data/sources"]
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +52,14 @@ def stages_reading(dependencies, path: str) -> set[str]:
     return {stage for stage, (deps, _) in dependencies.items() if covers(deps, Path(path))}
 
 
-def test_no_stage_depends_on_an_unused_backbone_file_or_the_stark_loaders(dependencies):
+def test_no_stage_depends_on_a_source_file_or_an_unused_backbone_file(dependencies):
+    """Code enters a stage as its fingerprint (code.yaml), never as a file: no stage depends on anything in src/."""
     assert len(dependencies) > 50  # the resolved foreach entries
+    assert not {s for s, (deps, _) in dependencies.items() if any(Path("src") in (d, *d.parents) for d in deps)}
+    assert all(covers(deps, Path("code.yaml")) for deps, _ in dependencies.values())
     assert stages_reading(dependencies, "conf/backbone/gpt-5.2.yaml") == set()
-    assert stages_reading(dependencies, "src/ark/data/stark.py") == set()
     assert {"evaluate@rules-synthetic", "evaluate@ark-synthetic"} <= stages_reading(dependencies,
                                                                                    "conf/backbone/rules.yaml")
-    assert "evaluate@rules-synthetic" in stages_reading(dependencies, "src/ark/agent/policies.py")
 
 
 def status(repo_dir: Path) -> dict[str, set[str]]:
@@ -82,59 +83,70 @@ def status(repo_dir: Path) -> dict[str, set[str]]:
 
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory) -> Path:
-    """A copy of the root pipeline's code, config and committed ``dvc.lock``, without data: after an edit, a stage
-    that depends on the edited file names it among its changes whatever else the copy lacks."""
+    """A copy of the root pipeline's code, config and committed ``dvc.lock``, without data, whose lock holds each
+    stage's fingerprint as code.yaml holds it now (as a lock made with this code does): after an edit, a stage names
+    code.yaml among its changes exactly where its fingerprint changed, whatever else the copy lacks."""
+    import yaml
+
     base = tmp_path_factory.mktemp("pipeline")
     for name in COPIED + ["dvc.lock"]:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, base / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(ROOT / name, base / name)
+    code = yaml.safe_load((ROOT / "code.yaml").read_text())
+    lock = yaml.safe_load((base / "dvc.lock").read_text())
+    for name, entry in lock["stages"].items():
+        stage, _, key = name.partition("@")
+        entry.setdefault("params", {})["code.yaml"] = {f"{stage}.{key}" if key else stage:
+                                                        code[stage][key] if key else code[stage]}
+    (base / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=base, check=True)
     return base
 
 
-EDITS = {  # file -> what is appended (a comment: no result can depend on it)
-    "src/ark/llm/decoding.py": "# an edit\n", "src/ark/index/dense.py": "# an edit\n",
-    "src/ark/agent/policies.py": "# an edit\n", "src/ark/report/tables/table5.py": "# an edit\n",
-    "src/ark/data/stark.py": "# an edit\n", "conf/backbone/gpt-5.2.yaml": "# an edit\nmax_tokens: 7\n",
-    "src/ark/data/synthetic.py": "# an edit\n", "conf/backbone/rules.yaml": "an_added_setting: 7\n",
-}
+def test_a_comment_anywhere_reruns_nothing_and_a_change_in_the_agent_loop_reruns_no_baseline(committed, monkeypatch):
+    """In the copy, one ``dvc status`` after a comment appended to every module of src/ark, one statement added to
+    the agent loop (``run_agent``) and two config edits, with code.yaml rewritten as ``make deps`` would: the stages
+    that name code.yaml are exactly those whose code runs the agent loop (no baseline, no data stage); the config
+    edits rerun who composes the edited file."""
+    import ast
 
+    import yaml
 
-def stale_by_edit(found: dict[str, set[str]]) -> dict[str, set[str]]:
-    """{edited file: the stages DVC lists for it (a changed dep at the file or a directory holding it)}."""
-    return {f: {s for s, named in found.items() if any(f == n or f.startswith(f"{n}/") for n in named)}
-            for f in EDITS}
+    from ark import stage_deps
 
-
-def test_an_edit_reruns_exactly_the_entries_that_run_the_edited_module(committed):
-    """In a copy with the committed lock, one ``dvc status`` after a comment appended to each of several files: DVC's
-    own list of the stages that name the file among their changes, per file, against what each entry really runs."""
-    for path, text in EDITS.items():
+    before = status(committed)
+    assert not {s for s, named in before.items() if "code.yaml" in named}
+    edited = {}
+    for path in sorted((committed / "src" / "ark").rglob("*.py")):
+        module = ".".join(path.relative_to(committed / "src").with_suffix("").parts).removesuffix(".__init__")
+        text = path.read_text() + "# an edit\n"
+        if module == "ark.agent.loop":
+            tree = ast.parse(text)
+            loop = next(n for n in tree.body if isinstance(n, ast.AsyncFunctionDef) and n.name == "run_agent")
+            loop.body.insert(0, ast.parse("T_max = T_max + 0").body[0])
+            text = ast.unparse(tree)
+        path.write_text(text)
+        edited[module] = stage_deps.parse_units(module, text)
+    original = stage_deps._parsed
+    monkeypatch.setattr(stage_deps, "_parsed", lambda m: edited.get(m) or original(m))
+    code = stage_deps.code(ROOT / "dvc.yaml")
+    (committed / "code.yaml").write_text(yaml.safe_dump(code, sort_keys=False, width=120))
+    for path, text in {"conf/backbone/gpt-5.2.yaml": "# an edit\nmax_tokens: 7\n",
+                       "conf/backbone/rules.yaml": "an_added_setting: 7\n"}.items():
         (committed / path).write_text((committed / path).read_text() + text)
-    stale = stale_by_edit(status(committed))
-    agent_free = ("baseline@", "hpo_baseline@", "evaluate@rules-", "evaluate@ark_v1-")
-    # the embedded model's grammar decoding: only runs on the embedded model (its base, students, ARK on it)
-    assert not {s for s in stale["src/ark/llm/decoding.py"] if s.startswith(agent_free)}
-    assert {"evaluate@student-synthetic", "evaluate@base-synthetic"} <= stale["src/ark/llm/decoding.py"]
-    # the dense index: only what builds or reads it
-    assert stale["src/ark/index/dense.py"] and all("dense" in s for s in stale["src/ark/index/dense.py"])
-    assert "build_index@biokg-dense" in stale["src/ark/index/dense.py"]
-    # the policies: every agent run, no baseline
-    assert {"evaluate@rules-synthetic", "evaluate@student-synthetic"} <= stale["src/ark/agent/policies.py"]
-    assert not {s for s in stale["src/ark/agent/policies.py"] if s.startswith(("baseline@", "hpo_baseline@"))}
-    assert stale["src/ark/report/tables/table5.py"] == {"report"}
-    # the STaRK loaders and an unused backbone file: nothing of the root pipeline
-    assert stale["src/ark/data/stark.py"] == set() and stale["conf/backbone/gpt-5.2.yaml"] == set()
-    # the synthetic query generator: its query set and what reads it; a selected config file: who composes it
-    synthetic = stale["src/ark/data/synthetic.py"]
-    assert {"evaluate@rules-synthetic", "make_queries@synthetic", "baseline@synthetic-bm25"} <= synthetic
-    assert "evaluate@rules-phenopackets" not in synthetic and "baseline@phenopackets-bm25" not in synthetic
-    rules = stale["conf/backbone/rules.yaml"]
+    after = status(committed)
+    rerun = {s for s, named in after.items() if "code.yaml" in named}
+    assert {"evaluate@rules-synthetic", "evaluate@student-synthetic", "collect@rules-synthetic",
+            "budget@synthetic"} <= rerun
+    assert not {s for s in rerun if s.startswith(("baseline@", "hpo_baseline@", "download@", "build_graph@",
+                                                  "build_index@", "make_queries@", "distill"))}
+    rules = {s for s, named in after.items() if "conf/backbone/rules.yaml" in named}
     assert {"evaluate@rules-synthetic", "evaluate@ark-synthetic"} <= rules  # rules_sampled extends rules
     assert not {s for s in rules if s.startswith(("baseline", "build_", "download", "make_queries"))}
-    print({f: len(s) for f, s in stale.items()})
+    assert not {s for s, named in after.items() if "conf/backbone/gpt-5.2.yaml" in named}
+    print(f"{len(rerun)} of {len(after)} stages rerun: {sorted(rerun)}")
 
 
 def test_a_rules_run_over_bm25_does_not_wait_for_the_dense_index(dependencies):

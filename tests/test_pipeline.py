@@ -34,7 +34,8 @@ def dvc_stages():
 def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
     """Each conf group file a stage composes is a param (or, for an experiment row, inside a group directory that
     is a dependency); config.yaml only at key level; never the logger; every local input file the config names
-    (e.g. the phenopacket source) is a dependency. Each entry's config as ``ark.stage_deps`` composes it (kept by
+    (e.g. the phenopacket source) is a dependency; the code it runs is its fingerprint in code.yaml, never a source
+    file. Each entry's config as ``ark.stage_deps`` composes it (kept by
     conf/'s content)."""
     from ark.stage_deps import PIPELINES, entries
 
@@ -48,7 +49,9 @@ def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
         argv = shlex.split(cmd)
         assert argv[:2] == ["python", "-m"] and argv[2].startswith("ark.stages."), name
         module = importlib.import_module(argv[2])
-        assert f"src/ark/stages/{argv[2].split('.')[-1]}.py" in deps, f"{name}: stage script not a dep"
+        code = "stark/code.yaml" if name.startswith("stark/") else "code.yaml"  # its code: a fingerprint, no file
+        assert params.get(code) == [name.split(":")[-1].replace("@", ".")], f"{name}: no code fingerprint param"
+        assert not any(d.startswith("src/") for d in deps), f"{name}: depends on a source file"
         assert params.get("conf/config.yaml", []) is not None, f"{name}: conf/config.yaml tracked as a whole file"
         assert not any(p.startswith(("conf/logger/", "conf/paths/")) for p in params), name
         choices = found[name].config["choices"]

@@ -278,3 +278,17 @@ def test_a_same_named_twin_ranked_first_is_a_hit_only_twin_aware(monkeypatch):
                SimpleNamespace(id="c", ranking=[2, 3]), SimpleNamespace(id="d", ranking=[2, 1])]
     hits = tw.twin_hits(SimpleNamespace(config={}, paths=(), records=records), twins)
     assert hits == {"a": (0, 1, 1, 0), "b": (1, 1, 0, 0), "c": (0, 0, 0, 0), "d": (0, 0, 0, 1)}
+
+
+def test_the_report_settings_are_typed_and_check_themselves():
+    from ark.config import resolved
+    from ark.errors import UserError
+    from ark.report.settings import report_settings
+    from tests.conftest import compose_cfg
+
+    r = report_settings(resolved(compose_cfg([]).report))
+    assert r.biokg is True and r.every_case.graph == "biokg_lpo_all" and "synthetic" in r.query_sets
+    for override, key in (("report.biokg=maybe", "report.biokg"), ("report.query_sets=[1]", "report.query_sets"),
+                          ("+report.tabels=x", "tabels"), ("report.graph_of={a: 1}", "report.graph_of")):
+        with pytest.raises(UserError, match=key):
+            report_settings(resolved(compose_cfg([override]).report))

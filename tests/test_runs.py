@@ -140,7 +140,9 @@ def _complete(client, messages):
 
 
 def test_another_model_or_server_misses_the_cache(tmp_path):
-    from ark.llm.client import Backbone, LLMClient, ResponseCache, RetryPolicy
+    from ark.llm.cache import ResponseCache
+    from ark.llm.client import LLMClient
+    from ark.llm.settings import Backbone, RetryPolicy
 
     cache = ResponseCache(tmp_path / "llm.sqlite")
     backbone = Backbone(name="local", model="openai/smollm2", temperature=0.7, max_tokens=32)

@@ -10,7 +10,8 @@ import urllib.request
 
 import pytest
 
-from ark.llm.client import Backbone, LLMClient, RetryPolicy
+from ark.llm.client import LLMClient
+from ark.llm.settings import Backbone, RetryPolicy
 from ark.llm.server import ChatServer, chat_completion
 
 

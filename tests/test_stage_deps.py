@@ -1,7 +1,8 @@
 """The generated deps (``make deps``, ``ark.stage_deps``): DVC's resolution of both pipelines gives every entry the
-files its run executes and the config files it composes; the generated files are what the tool writes; the reading
-of a module's imports follows what runs (a definition, not its whole module); and a real run imports no ark module
-that its entry does not depend on."""
+fingerprint of the code it runs and the config files it composes; the generated files are what the tool writes; the
+reading of a module's imports follows what runs (a definition, not its whole module); a comment, docstring, reformat
+or move changes no fingerprint and a behaviour change changes those of the entries that run it; and a real run
+executes no function and imports no module that its entry's fingerprint leaves out."""
 import contextlib
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ark import stage_deps
 from ark.stage_deps import BODY, PIPELINES, ROOT, covered, entries, files
@@ -19,8 +21,9 @@ DATA_STAGES = stage_deps.DATA_STAGES
 
 
 @pytest.fixture(scope="module")
-def dvc_entries() -> dict[str, tuple[str, set[str], set[str]]]:
-    """{pipeline:entry: (entry module, deps, params files)} as DVC resolves both pipelines (paths from the root)."""
+def dvc_entries() -> dict[str, tuple[str, set[str], set[str], dict]]:
+    """{pipeline:entry: (entry module, deps, params files, {params file: its keys})} as DVC resolves both pipelines
+    (paths from the root)."""
     from dvc.repo import Repo
 
     out = {}
@@ -31,8 +34,9 @@ def dvc_entries() -> dict[str, tuple[str, set[str], set[str]]]:
                 continue
             path = {d: os.path.relpath(os.path.join(s.wdir, d.def_path), ROOT) for d in s.deps}
             params = {p for d, p in path.items() if d.__class__.__name__ == "ParamsDependency"}
+            keys = {p: list(d.params or []) for d, p in path.items() if d.__class__.__name__ == "ParamsDependency"}
             out[f"{Path(s.path).relative_to(ROOT)}:{s.addressing.split(':')[-1]}"] = (entry.group(1),
-                                                                                     set(path.values()), params)
+                                                                                     set(path.values()), params, keys)
     return out
 
 
@@ -41,27 +45,127 @@ def all_entries() -> dict:
     return {f"{p.relative_to(ROOT)}:{e.name}": e for p in PIPELINES for es in entries(p).values() for e in es}
 
 
-def test_every_entry_depends_on_every_source_and_config_file_it_runs(all_entries, dvc_entries):
+def test_every_entry_depends_on_its_code_fingerprint_and_every_config_file_it_composes(all_entries, dvc_entries):
+    """As DVC resolves both pipelines: each entry's params hold its key of code.yaml, whose value is the fingerprint of
+    what it runs, and the config files it composes; no entry depends on a source file (its code is the fingerprint)."""
     assert len(all_entries) > 90 and set(all_entries) <= set(dvc_entries)
+    code = {p: yaml.safe_load((p.parent / "code.yaml").read_text()) for p in PIPELINES}
     wrong = []
     for name, entry in sorted(all_entries.items()):
-        module, deps, params = dvc_entries[name]
+        module, deps, params, keys = dvc_entries[name]
         assert module == entry.module
-        missing = sorted(str(p) for p in entry.files() if not covered(p, deps))
+        pipeline = ROOT / name.split(":")[0]
+        path = str((pipeline.parent / "code.yaml").relative_to(ROOT))
+        value = code[pipeline][entry.stage]
+        value = value[entry.key] if entry.key is not None else value
+        if keys.get(path) != [f"{entry.stage}.{entry.key}" if entry.key is not None else entry.stage]:
+            wrong.append(f"{name}: does not read its fingerprint from {path}")
+        if value != entry.fingerprint():
+            wrong.append(f"{name}: {path} holds {value}, its code's fingerprint is {entry.fingerprint()}")
+        if any(d.startswith("src/") for d in deps):
+            wrong.append(f"{name}: depends on a source file")
         unlisted = sorted(set(entry.conf()) - params) if entry.key is not None and entry.stage not in DATA_STAGES \
             else []
-        if missing or unlisted:
-            wrong.append(f"{name}: runs {missing}, composes {unlisted} without depending on them")
+        if unlisted:
+            wrong.append(f"{name}: composes {unlisted} without depending on them")
     assert not wrong, "\n".join(wrong)
 
 
 def test_the_generated_deps_are_up_to_date():
-    """Both pipelines and their deps.yaml are what ``make deps`` writes (CI also runs ``make deps CHECK=1``)."""
+    """Both pipelines, their deps.yaml and code.yaml are what ``make deps`` writes (CI runs ``make deps CHECK=1``)."""
     for pipeline in PIPELINES:
-        text, generated = stage_deps.render(pipeline)
+        text, generated, fingerprints = stage_deps.render(pipeline)
         assert pipeline.read_text(encoding="utf-8") == text, f"{pipeline}: stale; run make deps"
-        assert (pipeline.parent / "deps.yaml").read_text(encoding="utf-8") == generated, \
-            f"{pipeline.parent / 'deps.yaml'}: stale; run make deps"
+        for name, content in (("deps.yaml", generated), ("code.yaml", fingerprints)):
+            assert (pipeline.parent / name).read_text(encoding="utf-8") == content, \
+                f"{pipeline.parent / name}: stale; run make deps"
+
+
+MODULES = sorted(".".join(p.relative_to(stage_deps.SRC).with_suffix("").parts).removesuffix(".__init__")
+                 for p in (stage_deps.SRC / "ark").rglob("*.py"))
+
+
+def commented(text: str) -> str:
+    """``text`` with a comment at the end of every logical line and a comment line before the first."""
+    import io
+    import tokenize
+
+    ends = [t.start for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type == tokenize.NEWLINE]
+    lines = text.split("\n")
+    for row, col in reversed(ends):
+        lines[row - 1] = lines[row - 1][:col] + "  # a comment" + lines[row - 1][col:]
+    return "# a comment\n" + "\n".join(lines)
+
+
+def redocumented(text: str) -> str:
+    """``text`` reformatted (``ast.unparse``: its own layout, no comment) with a new docstring on the module and on
+    every class and function."""
+    import ast
+
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body.insert(0, ast.Expr(ast.Constant("A docstring that says something new.")))
+    return ast.unparse(tree)
+
+
+@pytest.mark.parametrize("edit", [commented, redocumented, lambda text: text + "\n\n"])
+def test_no_comment_docstring_or_layout_changes_what_any_module_contributes(edit):
+    """Every module of src/ark, edited by a comment on every line, a new docstring everywhere or its own reformat:
+    what each unit reaches and each unit's hash are unchanged, so no fingerprint of either pipeline changes."""
+    changed = []
+    for module in MODULES:
+        text = stage_deps.module_file(module).read_text(encoding="utf-8")
+        if stage_deps.parse_units(module, edit(text)) != stage_deps.parse_units(module, text):
+            changed.append(module)
+    assert len(MODULES) > 80 and changed == []
+
+
+def test_a_definition_hashes_the_same_in_any_module():
+    """A move: the same source parsed as another module gives every unit the same hash."""
+    for module in ("ark.runs.rank", "ark.agent.loop", "ark.io"):
+        text = stage_deps.module_file(module).read_text(encoding="utf-8")
+        assert stage_deps.parse_units(module, text)[1] == stage_deps.parse_units("ark.elsewhere", text)[1]
+
+
+def changed_by(monkeypatch, all_entries, module: str, function: str, statement: str) -> set[str]:
+    """The entries whose fingerprint changes when ``statement`` is put first in ``function`` of ``module``."""
+    import ast
+
+    text = stage_deps.module_file(module).read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    node = next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name == function)
+    node.body.insert(0, ast.parse(statement).body[0])
+    before = {name: e.fingerprint() for name, e in all_entries.items()}
+    edited = stage_deps.parse_units(module, ast.unparse(tree))
+    original = stage_deps._parsed
+    monkeypatch.setattr(stage_deps, "_parsed", lambda m: edited if m == module else original(m))
+    return {name for name, e in all_entries.items() if e.fingerprint() != before[name]}
+
+
+def short(names) -> set[str]:
+    return {n.split(":")[-1] for n in names}
+
+
+AGENT_STAGES = ("evaluate@", "collect@", "budget@", "table_evaluate@")
+RANKING_STAGES = ("baseline@", "hpo_baseline@")
+
+
+def test_a_behaviour_change_reruns_what_executes_it_and_nothing_else(monkeypatch, all_entries):
+    """One statement added inside the agent loop: every agent entry of both pipelines, no baseline or data stage;
+    inside the ranking engine: every baseline, no agent entry; inside a function no root entry runs: nothing."""
+    loop = short(changed_by(monkeypatch, all_entries, "ark.agent.loop", "run_agent", "T_max = T_max + 0"))
+    agents = {n for n in short(all_entries) if n.startswith(AGENT_STAGES)}
+    assert agents <= loop and not {n for n in loop if n.startswith(RANKING_STAGES)}
+    assert not {n for n in loop if n.split("@")[0] in DATA_STAGES | {"distill"}}
+    monkeypatch.undo()
+    ranking = short(changed_by(monkeypatch, all_entries, "ark.runs.rank", "execute_ranking", "stage = stage + ''"))
+    baselines = {n for n in short(all_entries) if n.startswith(RANKING_STAGES)}
+    assert baselines <= ranking and not {n for n in ranking if n.startswith(AGENT_STAGES)}
+    monkeypatch.undo()
+    tables = changed_by(monkeypatch, all_entries, "ark.report.tables.table5", "table5", "runs = runs")
+    assert tables == {"dvc.yaml:report", "stark/dvc.yaml:tables"}  # one entry point, biokg tables or not
 
 
 def test_a_definition_counts_only_what_it_reaches():
@@ -92,44 +196,61 @@ def test_an_entry_runs_the_classes_its_config_selects_and_no_other(all_entries):
     assert dense.index() == "data/index/biokg/dense" and "conf/retriever/dense.yaml" in dense.conf()
 
 
-TRACE = """
-import json, sys
-from ark.stages import {stage} as stage
-from ark.config import compose
-stage.run(compose({overrides!r}))
-print(json.dumps(sorted(m for m in sys.modules if m == "ark" or m.startswith("ark."))))
-"""
+def unit_of(path: str, qualname: str, function: bool) -> tuple[str, str | None]:
+    """The unit a code object executed from ``path`` belongs to: its top-level definition's, or the module's body (a
+    class's body runs when its module is imported: what it defines counts where the class is used)."""
+    module = ".".join(Path(path).relative_to(stage_deps.SRC).with_suffix("").parts).removesuffix(".__init__")
+    top = qualname.split(".")[0]
+    return module, None if top.startswith("<") or not function else top
 
 
-@pytest.mark.parametrize("stage,entry,extra", [("evaluate", "evaluate@rules-synthetic", ["backbone=rules"]),
-                                               ("baseline", "baseline@synthetic-bm25", [])])
+def traced(out: Path, module: str, overrides: list[str]) -> dict:
+    """What running ``module``'s stage with ``overrides`` executed and imported (tests/trace_stage.py)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "trace_stage.py"), str(out), module, *overrides],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def outside(entry, found: dict) -> list[str]:
+    """What a traced run executed or imported that ``entry``'s fingerprint leaves out."""
+    reached = stage_deps.reached(*entry.roots())
+    missing = {f"{m}.{n or '<body>'}" for m, n in (unit_of(*e) for e in found["executed"]) if (m, n) not in reached}
+    missing |= {f"{m} (imported)" for m in found["modules"] if stage_deps.module_file(m) and (m, BODY) not in reached}
+    return sorted(missing)
+
+
 @pytest.mark.e2e
-def test_a_run_imports_nothing_its_entry_does_not_depend_on(stage, entry, extra, tiny_project, all_entries):
-    """The reading of the source against what a real run imports: every ark module in ``sys.modules`` after a rules
-    evaluation and a BM25 baseline (on the tiny graph, with the entry's own groups) is among the entry's deps."""
-    from tests.helpers import tiny_graph, tiny_index
-    from ark.config import compose
-    from ark.io import write_json
+def test_every_function_a_stage_executes_is_inside_its_entry_fingerprint(tiny_project, all_entries, tmp_path):
+    """One small run of each family on the tiny graph, each under a profiler (tests/trace_stage.py): a BM25 baseline,
+    a rules evaluation, a rules collection, the distill stage (smoke recipe, a tiny random model) and the report.
+    Every project function it executed, and every module it imported, is inside what its entry's fingerprint
+    hashes (``reached``), as the entry of dvc.yaml whose config selects the same classes."""
+    from ark.io import write_jsonl
+    from ark.stages import build_index
+    from tests.conftest import compose_cfg
 
-    cfg = compose(tiny_project)
-    index = tiny_index(tiny_graph())
-    index.save(cfg.dataset.index_dir)
-    from ark.index import index_settings
-    from ark.config import resolved
-    from ark.io import checksums
-
-    write_json(Path(cfg.dataset.index_dir) / "info.json", {"retriever": "bm25", "num_docs": 31, "files": checksums(
-        Path(cfg.dataset.index_dir)), "settings": index_settings(resolved(cfg.retriever))})
-    overrides = tiny_project + ["split=test", "eval.concurrency=1", *extra]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", TRACE.format(stage=stage, overrides=overrides)], env=env,
-                          capture_output=True, text=True, cwd=ROOT, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    modules = json.loads(done.stdout.strip().splitlines()[-1])
-    deps = [str(p) for p in all_entries[f"dvc.yaml:{entry}"].files()]
-    outside = [m for m in modules if stage_deps.module_file(m) and not covered(
-        stage_deps.module_file(m).relative_to(ROOT), deps)]
-    assert not outside, f"{entry} imports {outside} but does not depend on them"
+    base = tiny_project + ["retriever.params.stemmer=null", "eval.progress=false"]
+    cfg = compose_cfg(base)
+    build_index.run(cfg)
+    write_jsonl(Path(cfg.dataset.queries_dir) / "train.jsonl", [
+        {"id": "t1", "query": "Which phenotype of Marfan disease", "answer_ids": [2]},
+        {"id": "t2", "query": "long fingers", "answer_ids": [3]}])
+    collect_root = tmp_path / "collect"
+    runs = [("baseline@synthetic-bm25", "ark.stages.baseline", ["split=test"]),
+            ("evaluate@rules-synthetic", "ark.stages.evaluate", ["split=test", "backbone=rules"]),
+            ("collect@rules-synthetic", "ark.stages.collect", ["backbone=rules", f"run.root={collect_root}"]),
+            ("distill", "ark.stages.distill:tiny", ["distill=smoke", f"distill.teacher={collect_root}",
+                                                     f"distill.out={tmp_path}/student"]),
+            ("report", "ark.stages.report", [])]
+    wrong = {}
+    for entry, module, extra in runs:
+        found = traced(tmp_path / f"{entry}.json", module, base + extra)
+        assert len(found["executed"]) > 20, entry
+        if missing := outside(all_entries[f"dvc.yaml:{entry}"], found):
+            wrong[entry] = missing
+    assert not wrong, wrong
 
 
 @pytest.mark.e2e
@@ -139,12 +260,13 @@ def test_the_tool_checks_and_rewrites(tmp_path, capsys):
     for pipeline in PIPELINES:
         target = tmp_path / pipeline.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
-        for name in ("dvc.yaml", "deps.yaml", "params.yaml"):
+        for name in ("dvc.yaml", "deps.yaml", "params.yaml", "code.yaml"):
             (target.parent / name).write_text((pipeline.parent / name).read_text())
         copies.append(target)
-    deps = tmp_path / "deps.yaml"
-    deps.write_text(deps.read_text().replace("src/ark/data/synthetic.py", "src/ark/data/stark.py"))
+    code = tmp_path / "code.yaml"
+    fingerprint = yaml.safe_load(code.read_text())["report"]
+    code.write_text(code.read_text().replace(fingerprint, "0" * 16))
     assert stage_deps.main(["--check"], copies) == 1
-    assert "deps.yaml" in capsys.readouterr().err and "stark.py" in deps.read_text()
-    assert stage_deps.main([], copies) == 0 and deps.read_text() == (ROOT / "deps.yaml").read_text()
+    assert "code.yaml" in capsys.readouterr().err and "0" * 16 in code.read_text()
+    assert stage_deps.main([], copies) == 0 and code.read_text() == (ROOT / "code.yaml").read_text()
     assert stage_deps.main(["--check"], copies) == 0

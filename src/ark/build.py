@@ -21,6 +21,7 @@ from ark.errors import UserError
 from ark.io import blocking_file
 from ark.llm.settings import RetryPolicy
 from ark.settings import (
+    PROMPTS,
     AgentSettings,
     EvalSettings,
     Limits,
@@ -82,6 +83,10 @@ class PromptSettings:
     """The agents' system prompt (``prompt``: its name in ``ark.agent.prompt``)."""
 
     name: str
+
+    def __post_init__(self):
+        if self.name not in PROMPTS:
+            raise UserError(f"prompt must be one of {', '.join(PROMPTS)}, got {self.name!r}")
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,6 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
     """The run spec of the composed config ``cfg`` for a ``stage`` run, every value checked before any work (one clear
     error, nothing written): each group's typed settings (its class checks its own fields), the backbone where the
     stage runs agents (a baseline's spec has none) and the keys below."""
-    from ark.agent.prompt import check_prompt
     from ark.data.queries import parse_split
     from ark.eval.metrics import parse_metric
 
@@ -198,7 +202,6 @@ def spec(cfg: DictConfig, stage: str = "evaluate") -> RunSpec:
     if ledger and (blocked := blocking_file(Path(ledger).parent)) is not None:
         raise UserError(f"eval.spend_ledger {ledger}: cannot be made there ({blocked} is a file, not a directory)")
     prompt = from_mapping(PromptSettings, "prompt", config["prompt"])
-    check_prompt(prompt.name)
     parse_split(config["split"])
     metrics = config["metrics"]
     if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
@@ -238,11 +241,6 @@ def results_dir(overrides=()) -> Path:
     return Path(compose(list(overrides)).paths.results)
 
 
-def report_settings(overrides=()) -> dict:
-    """The report's settings (``report``) under ``overrides``, as plain data."""
-    from ark.config import compose
-
-    return resolved(compose(list(overrides)).report)
 
 
 def check_files(spec: RunSpec) -> None:

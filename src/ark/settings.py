@@ -10,6 +10,7 @@ from dataclasses import MISSING, dataclass, fields
 from ark.errors import UserError
 
 AGGREGATIONS = ("voting", "ordering", "random")  # agent.aggregation (ark.agent.aggregate has their functions)
+PROMPTS = ("ark", "minimal")  # prompt.name (ark.agent.prompt writes them)
 
 
 def is_int(value) -> bool:

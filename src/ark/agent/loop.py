@@ -10,13 +10,19 @@ tools does not spend the rest of its budget proving it.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import time
 from collections import Counter
 
 from ark.agent.prompt import system_prompt, user_prompt
 from ark.llm.protocol import no_call_text, observation_text, parse_text_calls
 from ark.agent.records import Trajectory
-from ark.tools.toolbox import AnswerState, Observation, Toolbox
+from ark.tools.toolbox import AnswerState
+
+if TYPE_CHECKING:
+    from ark.tools.toolbox import Observation, Toolbox
+
 
 async def run_agent(session, toolbox: Toolbox, query: str, *, T_max: int, agent: int, text_protocol: bool = False,
                     on_event=None, prompt: str = "ark", idle_limit: int | None = None) -> Trajectory:

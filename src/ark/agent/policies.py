@@ -31,13 +31,17 @@ Questions without such a list are explored as above, unchanged.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import math
 import random
 import re
 
 from ark.llm.result import LLMResult
-from ark.tools.toolbox import Toolbox
+
+if TYPE_CHECKING:
+    from ark.tools.toolbox import Toolbox
 
 
 class LLMPolicy:

@@ -12,12 +12,16 @@ tool's description once, and the embedded model and a text-protocol model read t
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ark.errors import UserError
 from ark.llm.protocol import append_block, render_tools
+from ark.settings import PROMPTS
 from ark.tools.ark_v1 import ArkV1Toolbox
-from ark.tools.toolbox import Toolbox, label
+from ark.tools.toolbox import label
 
-PROMPTS = ("ark", "minimal")
+if TYPE_CHECKING:
+    from ark.tools.toolbox import Toolbox
 
 
 def check_prompt(prompt: str) -> None:

@@ -12,14 +12,19 @@ its last step with what it has. Deterministic.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections import Counter
 
 import numpy as np
 
 from ark.agent.policies import answer_type, graph_type_words, scripted_reply
-from ark.llm.result import LLMResult
-from ark.tools.ark_v1 import ArkV1Toolbox, name_key
+from ark.tools.ark_v1 import name_key
+
+if TYPE_CHECKING:
+    from ark.llm.result import LLMResult
+    from ark.tools.ark_v1 import ArkV1Toolbox
 
 NEGATED = re.compile(r"(not|no|without|absent|excluded)\b", re.IGNORECASE)
 SENTENCE_END = re.compile(r"(?<=[.?!])\s+")

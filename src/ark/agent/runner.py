@@ -1,14 +1,18 @@
 """n agents per query run concurrently, their answers fused; many queries run concurrently."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import time
 
 from ark.agent.aggregate import aggregate
 from ark.agent.loop import run_agent
 from ark.agent.records import QueryRecord
-from ark.settings import AgentSettings
-from ark.tools.toolbox import Toolbox
+
+if TYPE_CHECKING:
+    from ark.settings import AgentSettings
+    from ark.tools.toolbox import Toolbox
 
 
 async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentSettings, *, seed: int = 0,

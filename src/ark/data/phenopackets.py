@@ -13,6 +13,8 @@ silently. Splits are PMID-disjoint: each PMID is hashed into train/val/test.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gzip
 import hashlib
 import json
@@ -33,7 +35,9 @@ from ark.fetch import download
 from ark.io import loads
 from ark.errors import UserError
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
-from ark.graph.graph import Graph
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
 
 MAX_EXCLUDED = 10
 PHENOTYPE = "effect/phenotype"  # the node type of the findings a case lists

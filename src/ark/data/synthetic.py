@@ -9,6 +9,8 @@ anchors: a textual anchor seen in train never appears in val or test.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +21,11 @@ import numpy as np
 from ark.data.queries import SPLITS, require_fractions, require_int, split_of
 from ark.data import QuerySet
 from ark.errors import UserError
-from ark.graph.graph import IN, OUT, Graph
+from ark.graph.graph import IN, OUT
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
+
 
 @dataclass
 class Constraint:

@@ -11,10 +11,14 @@ gold id or score is read, and trajectories are not filtered by correctness.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import bisect
 
 from ark.llm.protocol import chat_messages
-from ark.agent.records import QueryRecord
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord
 
 IGNORE = -100
 

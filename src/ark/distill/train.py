@@ -11,10 +11,15 @@ import json
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ark.errors import UserError
 
+if TYPE_CHECKING:
+    from ark.distill.settings import DistillSettings, LoraSettings
 
-def load_base(d, models_dir: str):
+
+def load_base(d: DistillSettings, models_dir: str):
     """The model to distill into: ``d.base_model`` (a local Hugging Face directory; nothing is downloaded) or the
     embedded SmolLM2, with ``d.attn`` as its attention."""
 
@@ -39,14 +44,14 @@ def load_base(d, models_dir: str):
     return model, AutoTokenizer.from_pretrained(d.base_model, local_files_only=True)
 
 
-def lora_config(d):
+def lora_config(lora: LoraSettings):
     from peft import LoraConfig
 
-    return LoraConfig(r=d.lora.r, lora_alpha=d.lora.alpha, lora_dropout=d.lora.dropout,
-                      target_modules=d.lora.target_modules, task_type="CAUSAL_LM")
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, task_type="CAUSAL_LM")
 
 
-def sft_config(d, out_dir: Path, seed: int, has_val: bool, sequential: bool = False):
+def sft_config(d: DistillSettings, out_dir: Path, seed: int, has_val: bool, sequential: bool = False):
     from trl import SFTConfig
 
     eval_every = d.eval_steps if has_val else None
@@ -54,8 +59,6 @@ def sft_config(d, out_dir: Path, seed: int, has_val: bool, sequential: bool = Fa
     fields = {f.name for f in dataclasses.fields(SFTConfig)}
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
     extra = {"train_sampling_strategy": "sequential"} if sequential else {}  # else shuffled by data_seed
-    if not isinstance(d.checkpoint_every, int) or d.checkpoint_every < 1:
-        raise UserError(f"distill.checkpoint_every: {d.checkpoint_every!r}, expected a whole number >= 1")
     if d.gradient_checkpointing and d.checkpoint_every != 1:  # transformers >= 5.2x: only every n-th layer recomputed
         extra[f"{checkpointing}_kwargs"] = {"every_n_layers": d.checkpoint_every}
     return SFTConfig(
@@ -170,7 +173,7 @@ def snapshot_saver(snapshots: dict[Path, int], tokenizer, start: float, taken: d
     return SnapshotSaver()
 
 
-def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Path, seed: int = 0,
+def trainer(model, tokenizer, train: list[dict], val: list[dict], d: DistillSettings, out_dir: Path, seed: int = 0,
             sequential: bool = False):
     """The trainer of ``train_lora`` on tokenized samples (packed into rows with ``d.pack``). With ``d.liger``
     (the GPU recipes) trl's own loss, whose Triton LM head already scores the labelled positions only.
@@ -188,10 +191,10 @@ def trainer(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: Pa
     cls = SFTTrainer if d.liger else labelled_loss_trainer()
     return cls(model=model, args=sft_config(d, out_dir, seed, bool(val), sequential), train_dataset=to_dataset(train),
                eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
-               peft_config=lora_config(d))
+               peft_config=lora_config(d.lora))
 
 
-def train_lora(model, tokenizer, train: list[dict], val: list[dict], d, out_dir: str | Path, seed: int = 0,
+def train_lora(model, tokenizer, train: list[dict], val: list[dict], d: DistillSettings, out_dir: str | Path, seed: int = 0,
                snapshots: dict[Path, int] | None = None) -> dict:
     """Train a LoRA adapter on ``model``; save it (and its tokenizer) to ``out_dir``; return the training curve
     and the best validation loss. ``snapshots`` (directory -> n): also the adapter after its first n updates, one

@@ -5,8 +5,12 @@ row says so too, and the means are given again over the answerable rows (``answe
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ark.eval.metrics import mean_scores, score_query
-from ark.agent.records import QueryRecord
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord
 
 ANSWERABLE = "answerable"
 

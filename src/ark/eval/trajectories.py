@@ -1,12 +1,16 @@
 """Run statistics over query records: tool use, steps, invalid calls, tokens, cost; and timings."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections import Counter
 
 import numpy as np
 
 from ark.llm.protocol import observation_text, parse_text_calls
-from ark.agent.records import QueryRecord
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord
 
 
 def run_statistics(records: list[QueryRecord]) -> dict:

@@ -5,11 +5,16 @@ so that prompts and tools transfer between BioKG and STaRK.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections import defaultdict
 
 import numpy as np
 
-from ark.graph.graph import OUT, Graph
+from ark.graph.graph import OUT
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
 
 
 def render_own_text(name: str, type_name: str, source: str, fields: dict) -> str:

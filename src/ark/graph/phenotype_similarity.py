@@ -11,10 +11,14 @@ term: the asymmetric query-to-disease score of the Phenomizer).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import scipy.sparse as sp
 
-from ark.graph.graph import Graph
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
 
 
 class PhenotypeSimilarity:

@@ -2,10 +2,14 @@
 of ``get_rel_info`` (``add_rel=True``) for the node types STaRK renders it for. Used by ``ark.graph.stark``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from ark.graph.graph import Graph
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
 
 AMAZON_MAX_ENTRIES = 25  # STaRK's max_entries: reviews / Q&A stop after entry max_entries + 2
 GENE_KEY_NOTES = {

@@ -11,6 +11,8 @@ run knows (``ark.secrets``) before it is cached or returned, in ``complete`` and
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import hashlib
 import json
@@ -22,10 +24,13 @@ from dataclasses import asdict
 
 import litellm
 
-from ark.llm.cache import ResponseCache
-from ark.llm.settings import Backbone, RetryPolicy  # noqa: F401  (re-exported: the client's settings)
+from ark.llm.settings import RetryPolicy
 from ark.llm.result import LLMResult
 from ark.secrets import known_keys, scrub, scrub_urls
+
+if TYPE_CHECKING:
+    from ark.llm.cache import ResponseCache
+    from ark.llm.settings import Backbone
 
 log = logging.getLogger(__name__)
 litellm.suppress_debug_info = True

@@ -18,6 +18,8 @@ key/value caches of recent requests, so that an agent's next step prefills only 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contextlib
 import json
 import logging
@@ -32,10 +34,13 @@ import torch
 from transformers import DynamicCache
 
 from ark.llm import batching
-from ark.llm.decoding import Sampling, Step, ToolCallGrammar, decode_text, decode_tool_call
+from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
 from ark.llm.server import HTTPError, chat_completion
 from ark.llm.weights import apply_adapter, default_gguf_path, fingerprint, load_gguf, resolve_dtype
+
+if TYPE_CHECKING:
+    from ark.llm.decoding import Step
 
 DEFAULT_MAX_TOKENS = 512
 

@@ -8,12 +8,17 @@ compare different questions, or the same questions on graphs that hold different
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ark.build import results_dir
 from ark.errors import UserError
 from ark.report.intervals import METHOD
-from ark.report.runs import RunData, load_runs
+from ark.report.runs import load_runs
 from ark.report.show import find_run
 from ark.report.tables.cells import estimate, paired_difference
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 

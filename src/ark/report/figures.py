@@ -2,6 +2,8 @@
 tool use against query type, Figure 4 distillation budget, Figure 5 neighborhood calls per trajectory by success."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 import matplotlib
@@ -10,10 +12,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ark.report.runs import RunData, experiment_runs, experiment_sweep  # noqa: E402
+from ark.report.runs import experiment_runs, experiment_sweep
 from ark.report.tables.cells import ark_setting, estimate, scored_on  # noqa: E402
 from ark.report.tables.table5 import distillation_rows, train_samples  # noqa: E402
 from ark.report.tables.tool_use import trajectory_rows  # noqa: E402
+
+if TYPE_CHECKING:
+    from ark.report.settings import ReportSettings
+    from ark.report.runs import RunData
+
 
 BLUE, VERMILLION = "#0072B2", "#D55E00"  # Okabe and Ito's colour-blind-safe pair
 HEATMAPS = {"hit1": ("hit@1", "Hit@1 (x100)"), "recall20": ("recall@20", "Recall@20 (x100)"),
@@ -208,9 +215,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def biokg_figures(runs, cfg_report, distill_dir: Path, out: Path) -> list[Path]:
-    ark, graph_of = cfg_report["ark"], dict(cfg_report["graph_of"])
-    graphs = scored_on(graph_of, cfg_report["query_sets"])
+def biokg_figures(runs, report: ReportSettings, distill_dir: Path, out: Path) -> list[Path]:
+    ark, graph_of = report.ark, dict(report.graph_of)
+    graphs = scored_on(graph_of, report.query_sets)
     return (figure2(runs, graphs, ark_setting(ark), out) + figure3(runs, graphs, ark, out)
             + figure4(runs, distill_dir, graphs, out) + figure5(runs, graphs, ark, out))
 

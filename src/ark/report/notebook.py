@@ -72,8 +72,9 @@ def execute_all(notebooks: Path, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":  # python -m ark.report.notebook: the executed copies, as the report stage writes them
-    from ark.build import report_settings
+    from ark.config import compose, resolved
+    from ark.report.settings import report_settings
 
-    report = report_settings()
-    for p in execute_all(Path(report["notebooks"]), Path(report["executed"])):
+    report = report_settings(resolved(compose([]).report))
+    for p in execute_all(Path(report.notebooks), Path(report.executed)):
         print(p)

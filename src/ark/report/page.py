@@ -11,12 +11,16 @@ bound the page's size.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
-from ark.agent.records import QueryRecord, Trajectory
 from ark.eval.trajectories import steps
 from ark.report.show import NODE_LINE
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord, Trajectory
 
 MAX_QUERIES = 500
 OBSERVATION_CHARS = 4000

@@ -8,12 +8,17 @@ matching stored config exists under the report's run roots (the STaRK pipeline, 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import functools
 from pathlib import Path
 
-from ark.report.runs import RunData, experiment_runs, row_settings, table_rows
+from ark.report.runs import experiment_runs, row_settings, table_rows
 from ark.report.tables.table import Table
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 PAPER_NUMBERS = Path(__file__).with_name("paper_numbers.csv")
 DATASETS = {"AMAZON": "stark_amazon", "MAG": "stark_mag", "PRIME": "stark_prime"}

@@ -6,6 +6,8 @@ query files and graph that the stored config names, composed through the project
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -13,8 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from ark.agent.records import QueryRecord
 from ark.runs.store import load_run, read_scores
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord
 
 
 @dataclass

@@ -6,6 +6,8 @@ names (records hold no gold); a ✓ marks a gold node wherever one is shown, obs
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import re
 import shutil
@@ -15,13 +17,16 @@ from pathlib import Path
 
 import yaml
 
-from ark.agent.records import QueryRecord, Trajectory
 from ark.build import results_dir
 from ark.errors import UserError
 from ark.eval.trajectories import steps
 from ark.report.runs import queries_of_run, run_graph
 from ark.runs.identity import run_name
 from ark.runs.store import load_run, read_scores
+
+if TYPE_CHECKING:
+    from ark.agent.records import QueryRecord, Trajectory
+
 
 # longer lines are cut (observation lines run to ~300 characters); wrapped lines would break the columns
 WIDTH = max(100, shutil.get_terminal_size((160, 24)).columns)

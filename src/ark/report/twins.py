@@ -4,9 +4,14 @@ Here: which nodes are twins, and per query of a run whether its top 1 is the gol
 (twin-aware), a twin and not the gold, and whether its top 20 holds a twin but no gold."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import collections
 
-from ark.report.runs import RunData, queries_of_run
+from ark.report.runs import queries_of_run
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 TWIN_TYPES = ("disease",)
 

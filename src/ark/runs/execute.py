@@ -9,6 +9,8 @@ label-free and has no gold), and finishes the run (scores, metrics, stats, prove
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import contextlib
 import functools
@@ -19,17 +21,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 from ark import build
-from ark.build import RunSpec
 from ark.agent.runner import run_queries, run_query
 from ark.errors import IncompleteRun, RunFailed, UserError
 from ark.eval.metrics import as_candidates
-from ark.eval.score import score_records, score_row, summarize
+from ark.eval.score import score_row, summarize
 from ark.eval.trajectories import run_statistics, timing_statistics
-from ark.agent.records import QueryRecord
-from ark.runs.store import Run
+from ark.runs.rank import answerable
+from ark.runs.store import Run, open_store
 from ark.runs.workers import run_in_workers
-from ark.settings import AgentSettings
 from ark.llm.spending import CAP_REACHED
+
+if TYPE_CHECKING:
+    from ark.build import RunSpec
+    from ark.agent.records import QueryRecord
+    from ark.settings import AgentSettings
 
 
 @dataclass
@@ -115,46 +120,6 @@ def spent(spec: RunSpec, run: Run) -> str:
     return ", ".join(shown) or "no spend recorded"
 
 
-def _open(run: Run, queries: list[dict]):
-    """``run``'s record store, checked against ``queries`` (a record of another query or question text: closed
-    again, and the error raised)."""
-    store = run.open()
-    try:
-        store.check(queries)
-    except UserError:
-        store.close()
-        run.close()
-        raise
-    return store
-
-
-def execute_ranking(spec: RunSpec, stage: str, graph, queries: list[dict], rank, desc: str) -> dict:
-    """A baseline's run: ``rank(query) -> (node ids, scores)`` for each query not done yet, stored as it goes
-    (resumable like an agent run), then scored; its metrics and directory."""
-    run = Run(spec, stage)
-    store = _open(run, queries)
-    start = time.perf_counter()
-    for q in tqdm(queries, desc=desc, mininterval=2, disable=not spec.eval.progress):
-        if not store.done(q["id"]):
-            ranking, scores = rank(q)
-            store.add(QueryRecord(id=q["id"], query=q["query"], ranking=ranking, ranking_scores=scores))
-    records = store.finalize([q["id"] for q in queries])
-    candidates = as_candidates(graph.candidates())
-    scores, metrics = score_records(records, {q["id"]: q["answer_ids"] for q in queries}, list(spec.metrics),
-                                    candidates, answerable(spec, graph, queries))
-    run.finish(scores, metrics, {})
-    run.write_timing({"seconds": round(time.perf_counter() - start, 2)})
-    return {**metrics, "run_dir": str(run.dir)}
-
-
-def answerable(spec: RunSpec, graph, queries: list[dict]) -> dict[str, bool]:
-    """Whether each query's gold is reachable in ``graph`` (the query set's ``answerable``; empty where it has no
-    such notion): scored beside the whole split, never shown to an agent."""
-    query_set = spec.queries
-    known = {q["id"]: query_set.answerable(graph, q["answer_ids"]) for q in queries}
-    return {k: v for k, v in known.items() if v is not None}
-
-
 class Scoring:
     """Each record scored once against gold, as it arrives (a running mean for the progress bar) or, for records a
     resumed run already had, at the end."""
@@ -187,7 +152,7 @@ class Scoring:
 def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str, score: Scoring | None):
     """Open (or resume) ``run``, run the agents on its queries not done yet, appending each record as it
     finishes; (records of all queries in their order, model calls made)."""
-    store = _open(run, queries)
+    store = open_store(run, queries)
     todo = [q for q in queries if not store.done(q["id"])]
     # the run's own spend ledger, for its cap eval.max_cost_usd (ark.build.spending_caps)
     ledger = str(run.dir / "spend.sqlite") if spec.eval.max_cost_usd is not None else None

@@ -344,3 +344,16 @@ def query_rows(run_dir: str | Path) -> tuple[list[str], list[list]]:
                      sum(a.steps for a in r.agents), sum(sum(a.tool_calls.values()) for a in r.agents),
                      None if r.wall_time is None else round(r.wall_time, 3)])
     return columns, rows
+
+
+def open_store(run: Run, queries: list[dict]):
+    """``run``'s record store, checked against ``queries`` (a record of another query or question text: closed
+    again, and the error raised)."""
+    store = run.open()
+    try:
+        store.check(queries)
+    except UserError:
+        store.close()
+        run.close()
+        raise
+    return store

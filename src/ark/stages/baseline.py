@@ -8,7 +8,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from ark import build
-from ark.runs.execute import execute_ranking
+from ark.runs.rank import execute_ranking
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, query_rows
 from ark.stages import clear_errors, launch

@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ark import build
+from ark.config import resolved
 from ark.data.queries import split_of
+from ark.distill.settings import distill_settings
 from ark.errors import UserError
-from ark.settings import is_int
 from ark.io import atomic_dir, write_json
 from ark.runs.identity import graph_setting, same_graph_up_to_cut
 from ark.runs.store import load_run
@@ -35,7 +36,7 @@ from ark.tracking import log_summary, stage_run
 
 PUBLISHED = ("report.json", "README.md", "curve.json")
 GROUPS = ("distill", "dataset", "ablation")  # config groups its results depend on (the teacher run is a file)
-BUILDS = ("retriever",)  # groups whose classes it makes besides (the tools' index: ark.stage_deps)
+BUILDS = ("retriever", "queries")  # groups whose classes it makes besides (the run spec's: ark.stage_deps)
 
 
 def teacher_run(path: str | Path) -> Path:
@@ -51,10 +52,9 @@ def teacher_run(path: str | Path) -> Path:
 
 def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     """``model``/``tokenizer`` default to the embedded SmolLM2 (tests pass a tiny one)."""
-    d = cfg.distill
-    if not d.get("teacher"):
-        raise UserError("distill.teacher must name the teacher's run (a run directory or a run root), or a list")
-    teachers = [teacher_run(p) for p in ([d.teacher] if isinstance(d.teacher, str) else d.teacher)]
+    recipe = resolved(cfg.distill)
+    d = distill_settings(recipe)
+    teachers = [teacher_run(p) for p in d.teachers]
     runs = [load_run(t) for t in teachers]
     spec = build.spec(cfg, "distill")
     graph = graph_setting(spec)
@@ -62,9 +62,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         if not same_graph_up_to_cut(config.get("dataset") or {}, graph):
             raise UserError(f"the teacher run {t} is on {config.get('dataset', {}).get('name')}, whose nodes are not "
                             f"those of {cfg.dataset.name} (a leave-publication-out cut of it would be)")
-    budgets = dict(d.get("budgets") or {})
-    if budgets:
-        check_nested(d, budgets)
+    budgets = dict(d.budgets or {})
     tools = build.toolbox(spec).schemas()  # the tool set the student will be served with
     from ark.distill.sft import sft_samples
     from ark.distill.train import load_base, train_lora
@@ -91,7 +89,6 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         raise UserError(f"distill.budgets {budgets}: a budget without training samples")
     start = time.perf_counter()
     teacher_cards = [{"run": t.name, "config": c} for t, (c, _) in zip(teachers, runs)]
-    recipe = OmegaConf.to_container(d, resolve=True)
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(atomic_dir(d.out))
         tmps = {name: stack.enter_context(atomic_dir(out)) for name, out in outs.items()}
@@ -106,32 +103,13 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         for directory, card in cards.items():
             write_json(directory / "report.json", card)
             (directory / "README.md").write_text(model_card(card))
-    if d.get("publish"):
+    if d.publish:
         for out in [Path(d.out), *outs.values()]:
             published = Path(d.publish).parent / out.name if out != Path(d.out) else Path(d.publish)
             published.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
                 shutil.copyfile(out / name, published / name)
     return {**report, "out": str(d.out), "budgets": {str(outs[name]): updates[name] for name in budgets}}
-
-
-def check_nested(d, budgets: dict) -> None:
-    """Budgets need updates that a later sample cannot change: one sample an update, no held-out split, a learning
-    rate that does not depend on the number of updates, and every update run."""
-    problems = [f"{key} {value}" for key, value, ok in (
-        ("scheduler", d.scheduler, d.scheduler in ("constant", "constant_with_warmup")),
-        ("warmup", d.warmup, d.warmup == 0 or (d.warmup >= 1 and float(d.warmup).is_integer())),
-        ("val_fraction", d.val_fraction, not d.val_fraction),
-        ("batch_size", d.batch_size, d.batch_size == 1), ("grad_accum", d.grad_accum, d.grad_accum == 1),
-        ("pack", d.pack, not d.pack), ("max_steps", d.max_steps, not d.max_steps), ("epochs", d.epochs, d.epochs == 1))
-        if not ok]
-    if problems:
-        raise UserError(f"distill.budgets needs a constant schedule (warm-up in whole steps), val_fraction 0, "
-                        f"batch_size 1, grad_accum 1, no packing, one epoch and no max_steps; got "
-                        f"{', '.join(problems)}")
-    for name, k in budgets.items():
-        if not is_int(k) or k < 1 or "/" in str(name):
-            raise UserError(f"distill.budgets: {name}: {k} (a directory name: a whole number of queries >= 1)")
 
 
 def model_card(card: dict) -> str:

@@ -16,7 +16,7 @@ from ark import build
 from ark.data.phenopackets import phenotype_ids, read_phenopackets
 from ark.errors import UserError
 from ark.graph.phenotype_similarity import PhenotypeSimilarity
-from ark.runs.execute import execute_ranking
+from ark.runs.rank import execute_ranking
 from ark.runs.identity import config_groups
 from ark.runs.store import Run, query_rows
 from ark.stages import clear_errors, launch

@@ -10,6 +10,8 @@ way: a newline or bracket in one cannot start a line that passes for a node.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import logging
 import re
@@ -19,9 +21,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ark.graph.graph import OUT, Graph
-from ark.index import Relevance
+from ark.graph.graph import OUT
 from ark.index.topk import top_k
+
+if TYPE_CHECKING:
+    from ark.graph.graph import Graph
+    from ark.index import Relevance
 
 
 @dataclass(frozen=True)

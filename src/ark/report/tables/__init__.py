@@ -9,6 +9,7 @@ Adding a table: its row files ``conf/experiment/<table>/<row>.yaml``, a module h
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ark.report.tables.cells import scored_on
 from ark.report.tables.data_tables import table6, table7, table_lpo
@@ -22,17 +23,20 @@ from ark.report.tables.table8 import table8
 from ark.report.tables.tool_use import table9, table10
 from ark.report.tables.twins import table1_twins
 
+if TYPE_CHECKING:
+    from ark.report.settings import ReportSettings
 
-def biokg_tables(runs, cfg_report, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
-    qs, ark = list(cfg_report["query_sets"]), cfg_report["ark"]
-    split = cfg_report["ablation_split"]
-    graph_of = dict(cfg_report["graph_of"])
+
+def biokg_tables(runs, report: ReportSettings, queries_root: Path, distill_dir: Path, graphs: dict) -> list[Table]:
+    qs, ark = list(report.query_sets), report.ark
+    split = report.ablation_split
+    graph_of = dict(report.graph_of)
     on = scored_on(graph_of, qs)
-    every_case, all_graph = [q for q in qs if q in graph_of], cfg_report["every_case"]["graph"]
+    every_case, all_graph = [q for q in qs if q in graph_of], report.every_case.graph
     return [table1(runs, qs, ark, graph_of, graphs, queries_root), table1_paired(runs, qs, ark, graph_of),
-            table1_twins(runs, cfg_report["twin_query_sets"], ark, graph_of),
+            table1_twins(runs, report.twin_query_sets, ark, graph_of),
             table1_every_case(runs, every_case, all_graph),
-            table1_paired(runs, every_case, cfg_report["every_case"]["ark"], {q: all_graph for q in every_case},
+            table1_paired(runs, every_case, report.every_case.ark, {q: all_graph for q in every_case},
                           "table1_all"),
             table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
             table5(runs, distill_dir, on), table5_paired(runs, on), table6(queries_root, qs, split), table7(graphs),

@@ -2,15 +2,22 @@
 scored, and which cases are answerable on a graph."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ark.io import read_jsonl
-from ark.report.intervals import METHOD, Estimate, average_interval, mean_interval, paired
-from ark.report.runs import RunData, experiment_spec, experiment_runs, row_settings, table_rows
-from ark.report.tables.table import Table, pct
+from ark.report.intervals import METHOD, average_interval, mean_interval, paired
+from ark.report.runs import experiment_spec, experiment_runs, row_settings, table_rows
+from ark.report.tables.table import pct
+
+if TYPE_CHECKING:
+    from ark.report.intervals import Estimate
+    from ark.report.runs import RunData
+    from ark.report.tables.table import Table
 
 
 def scored_on(graph_of: dict, query_sets) -> dict[str, str]:

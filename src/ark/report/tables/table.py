@@ -4,14 +4,18 @@ CSV and ``numbers.json`` carry its bounds as ``<column> lo`` and ``<column> hi``
 columns: a wider table is split into blocks of columns, each repeating the first."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import csv
 import io
 import textwrap
 from dataclasses import dataclass, field
 
 from ark.report.intervals import Estimate
-from ark.report.runs import RunData
 from ark.runs.identity import portable
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 

@@ -2,10 +2,12 @@
 its paired comparisons of ARK with every other row."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pathlib import Path
 
 from ark.report.intervals import METHOD
-from ark.report.runs import RunData, row_settings
+from ark.report.runs import row_settings
 from ark.report.tables.cells import (
     answerable_count,
     answerable_sets,
@@ -18,6 +20,9 @@ from ark.report.tables.cells import (
     where,
 )
 from ark.report.tables.table import LABEL, Table, metric_columns
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 
 def table1(runs, query_sets, ark_experiment: str, graph_of: dict | None = None, graphs_loaded: dict | None = None,

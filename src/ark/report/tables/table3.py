@@ -1,14 +1,19 @@
 """Table 3: aggregation, recomputed from the per-agent answer lists of Table 1's ARK runs."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import replace
 
 from ark.agent.aggregate import AGGREGATIONS, aggregate
 from ark.eval.score import score_records
 from ark.report.intervals import METHOD, mean_interval
-from ark.report.runs import RunData, experiment_runs
+from ark.report.runs import experiment_runs
 from ark.report.tables.cells import ark_setting, where
 from ark.report.tables.table import METRICS, Table, metric_columns, pct
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 
 def fused_scores(run: RunData, method: str) -> dict:

@@ -1,6 +1,8 @@
 """Table 5: backbones and the distilled student."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 from pathlib import Path
 
@@ -8,9 +10,12 @@ import numpy as np
 
 from ark.eval.trajectories import run_statistics
 from ark.report.intervals import METHOD
-from ark.report.runs import RunData, experiment_spec, experiment_runs, row_settings, table_rows
+from ark.report.runs import experiment_spec, experiment_runs, row_settings, table_rows
 from ark.report.tables.cells import estimate, paired_difference, where
 from ark.report.tables.table import LABEL, METRICS, Table, pct
+
+if TYPE_CHECKING:
+    from ark.report.runs import RunData
 
 
 def train_samples(config: dict, distill_dir: Path) -> int | None:

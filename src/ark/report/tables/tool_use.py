@@ -1,14 +1,20 @@
 """Tool use per trajectory (Table 9) and re-anchoring (Table 10), from Table 1's ARK runs."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import replace
 
 from ark.eval.metrics import score_query
 from ark.eval.trajectories import steps
-from ark.report.intervals import METHOD, Estimate, mean_interval
-from ark.report.runs import RunData, experiment_runs
+from ark.report.intervals import METHOD, mean_interval
+from ark.report.runs import experiment_runs
 from ark.report.tables.cells import ark_setting, where
 from ark.report.tables.table import Table
+
+if TYPE_CHECKING:
+    from ark.report.intervals import Estimate
+    from ark.report.runs import RunData
 
 
 def trajectory_rows(run: RunData) -> list[dict]:
