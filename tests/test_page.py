@@ -22,15 +22,10 @@ HOSTILE = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """Debian's chromium, installed here where it is missing and this is root with apt (else the test is skipped)."""
+    """Debian's chromium (``make browser`` installs it; CI runs that before the tests), else the test is skipped."""
     found = shutil.which("chromium")
-    if found is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], capture_output=True, timeout=600,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        found = shutil.which("chromium")
     if found is None:
-        pytest.skip("no headless browser: Debian's chromium is not installed and `apt-get install chromium` could "
-                    "not install it here")
+        pytest.skip("no headless browser: Debian's chromium is not installed (make browser)")
     return found
 
 
@@ -43,6 +38,7 @@ def render(chromium: str, page: Path, fragment: str = "") -> tuple[str, list[str
     return done.stdout, [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
 
 
+@pytest.mark.e2e
 def test_the_shipped_example_run_renders_with_its_first_querys_agents(chromium, tmp_path):
     page = tmp_path / "run.html"
     subprocess.run([sys.executable, "-m", "ark.cli", "show", "results/examples/ark-synthetic",
@@ -56,6 +52,7 @@ def test_the_shipped_example_run_renders_with_its_first_querys_agents(chromium, 
     assert "search_in_graph" in dom and "gold unknown" in dom  # no data here: no gold, ids only
 
 
+@pytest.mark.e2e
 def test_a_hostile_node_name_renders_as_text(chromium, tiny_project, tmp_path):
     graph = tiny_graph()
     graph.name[4] = HOSTILE  # Ectopia lentis, the answer to "lens of the eye"
