@@ -105,6 +105,7 @@ def committed(tmp_path_factory) -> Path:
     return base
 
 
+@pytest.mark.e2e
 def test_a_comment_anywhere_reruns_nothing_and_a_change_in_the_agent_loop_reruns_no_baseline(committed, monkeypatch):
     """In the copy, one ``dvc status`` after a comment appended to every module of src/ark, one statement added to
     the agent loop (``run_agent``) and two config edits, with code.yaml rewritten as ``make deps`` would: the stages
