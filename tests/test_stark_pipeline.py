@@ -1,8 +1,8 @@
 """The STaRK pipeline (stark/dvc.yaml) end to end through `dvc repro`, on a tiny STaRK release
 (tests/fixtures/stark_tiny.py) and the fake OpenAI-compatible endpoint (ark.llm.fake, loopback only).
 
-It runs in a temporary no-SCM DVC project holding copies of conf/, src/ark/ (the stages' declared inputs; the code
-that runs is the installed package) and stark/dvc.yaml, with a stark/params.yaml that points the three datasets at
+It runs in a temporary no-SCM DVC project holding copies of conf/ and stark/dvc.yaml with its generated deps.yaml
+and code.yaml (the code that runs is the installed package's), with a stark/params.yaml that points the three datasets at
 the fixture and the backbone at the fake endpoint."""
 import json
 import os
@@ -33,9 +33,8 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
 
 def new_project(path: Path) -> Path:
     shutil.copytree(ROOT / "conf", path / "conf")
-    shutil.copytree(ROOT / "src" / "ark", path / "src" / "ark", ignore=shutil.ignore_patterns("__pycache__"))
     (path / "stark").mkdir()
-    for name in ("dvc.yaml", "deps.yaml"):  # the pipeline and its generated per-entry deps
+    for name in ("dvc.yaml", "deps.yaml", "code.yaml"):  # the pipeline, its generated deps and code fingerprints
         shutil.copy(ROOT / "stark" / name, path / "stark" / name)
     dvc(path, "init", "--no-scm", "-q")
     return path
