@@ -130,6 +130,27 @@ def test_a_definition_hashes_the_same_in_any_module():
         assert stage_deps.parse_units(module, text)[1] == stage_deps.parse_units("ark.elsewhere", text)[1]
 
 
+def test_a_unit_hashes_the_module_level_values_it_reads_and_the_body_its_imports():
+    """A function reading a module constant: its hash changes with the constant's value, so moving it into a module
+    where the name has another value changes it too; another package's imports are part of the body, in order."""
+    def hashes(text: str) -> dict:
+        return stage_deps.parse_units("ark.somewhere", text)[1]
+
+    one, two = hashes("X = 1\ndef f():\n    return X\n"), hashes("X = 2\ndef f():\n    return X\n")
+    assert one["f"] != two["f"]
+    assert hashes("X = 1\ndef f():\n    return 0\n")["f"] == hashes("X = 2\ndef f():\n    return 0\n")["f"]
+    use_first = hashes("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n")
+    plot_first = hashes("import matplotlib\nimport matplotlib.pyplot as plt\nmatplotlib.use('Agg')\n")
+    assert use_first[BODY] != plot_first[BODY]
+
+
+def test_the_report_reaches_what_its_notebooks_import(all_entries):
+    """The report executes notebooks/ in a kernel of its own (no profiler sees it): their ark imports are its code."""
+    reached = stage_deps.reached(*all_entries["dvc.yaml:report"].roots())
+    assert {("ark.report.notebook", "bars"), ("ark.report.notebook", "figure"), ("ark.report.notebook", "table")} \
+        <= reached
+
+
 def changed_by(monkeypatch, all_entries, module: str, function: str, statement: str) -> set[str]:
     """The entries whose fingerprint changes when ``statement`` is put first in ``function`` of ``module``."""
     import ast

@@ -11,9 +11,11 @@ report builds what any config selects). An import under ``if TYPE_CHECKING:`` ru
 __future__ import annotations``, does an annotation.
 
 The fingerprint hashes exactly the units reached: each definition's syntax tree and each module body's statements
-(constants, registrations), without docstrings (comments and layout are not in a tree), with what the names they use
-are bound to, never the module that holds them: a comment, a docstring, a reformat or a move reruns nothing; a
-change reruns what executes it. tests/test_stage_deps.py runs one stage of each family under a profiler and checks
+(constants, registrations, other packages' imports in their order), without docstrings (comments and layout are not
+in a tree), with what the names they use are bound to (a definition's name, another package's dotted name, the
+module-level statement that assigns a constant), never the module that holds them, in a form that is the same on
+every Python version: a comment, a docstring, a reformat or a move reruns nothing; a change reruns what executes it.
+A stage that executes notebooks (``NOTEBOOKS``: the report) also reaches what their code cells import. tests/test_stage_deps.py runs one stage of each family under a profiler and checks
 that everything it executed is inside its entry's fingerprint.
 
 DVC cannot interpolate a list into ``deps`` (treeverse/dvc#8171), so what differs between the entries of a stage is
@@ -152,7 +154,21 @@ def _uses(tree: ast.AST, module: str, bound: dict, annotations: bool = True) -> 
 
 
 def _type_checking(node: ast.stmt) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) with no else: nothing in it runs."""
+    return (isinstance(node, ast.If) and not node.orelse
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"))
+
+
+def _dump(node) -> str:
+    """A syntax tree as text, the same on every Python version: fields that are empty or absent (``type_params`` from
+    3.12, ``kind`` of a plain string) are left out, as 3.13's ``ast.dump`` does by default."""
+    if isinstance(node, ast.AST):
+        parts = [f"{name}={_dump(value)}" for name, value in ast.iter_fields(node)
+                 if value is not None and value != [] and name not in ("type_params", "type_comment")]
+        return f"{type(node).__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return f"[{', '.join(map(_dump, node))}]"
+    return f"{type(node).__name__}:{node!r}"
 
 
 def _is_string(node: ast.stmt) -> bool:
@@ -192,7 +208,7 @@ def parse_units(module: str, text: str) -> tuple[dict[str | None, frozenset], di
     bound = {**imported_names, **{name: (module, name) for name in defs}}
     out = {name: frozenset({(t, ALL) if isinstance(t, str) else t}) for name, t in imported_names.items()}
     out |= {name: frozenset(_uses(node, module, bound, not lazy) - {(module, name)}) for name, node in defs.items()}
-    body, statements = set(), []
+    body, statements, assigned = set(), [], {}
     for node in body_nodes:
         if node in defs.values():  # what runs when the definition is made: decorators, bases, default values
             parts = node.decorator_list + (node.bases + [k.value for k in node.keywords]
@@ -202,14 +218,20 @@ def parse_units(module: str, text: str) -> tuple[dict[str | None, frozenset], di
                 body |= _uses(part, module, bound)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             body |= _bindings(node)[1]  # the modules it runs; what it binds counts where it is used
+            if _foreign(node):  # another package's import runs it (its order can matter: matplotlib.use)
+                statements.append(node)
         else:
             body |= _uses(node, module, bound)
             statements.append(node)
+            for n in ast.walk(node):  # the module-level names it binds: a unit reading one reads this statement
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    assigned.setdefault(n.id, []).append(_dump(node))
 
     def digest(label: str, nodes: list[ast.AST]) -> str:
         used = {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
         meaning = sorted(f"{k}={_meaning(bound.get(k, foreign.get(k)))}" for k in used if k in bound or k in foreign)
-        text = "\0".join([label, *(ast.dump(n) for n in nodes), *meaning])
+        meaning += sorted(f"{k}={'|'.join(assigned[k])}" for k in used if k in assigned and k not in bound)
+        text = "\0".join([label, *(_dump(n) for n in nodes), *meaning])
         return hashlib.sha256(text.encode()).hexdigest()
 
     hashes = {name: digest(name, [node]) for name, node in defs.items()}
@@ -302,6 +324,24 @@ def cache() -> dict:
     return saved if saved.get("key") == key else {"key": key}
 
 
+def notebook_imports(directory: Path) -> list[tuple[str, str | None]]:
+    """What the code cells of the notebooks in ``directory`` import from ark (the units their imports run and
+    bind)."""
+    found = set()
+    for path in sorted(directory.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+            if cell.get("cell_type") != "code":
+                continue
+            source = "".join(cell.get("source", []))
+            try:
+                tree = ast.parse("\n".join(line for line in source.split("\n") if not line.lstrip().startswith(("%", "!"))))
+            except SyntaxError:
+                continue
+            names, runs = _bindings(tree)
+            found |= runs | {(t, ALL) if isinstance(t, str) else t for t in names.values()}
+    return sorted(found, key=str)
+
+
 @functools.cache
 def named_classes() -> list[str]:
     """Every ark class a ``_target_`` in conf/ names."""
@@ -359,7 +399,9 @@ class Entry:
         chosen = [c for g in sorted(self.groups | self.built | {"hydra"}) for c in classes.get(g, [])]
         if EVERY_CLASS in self.built:  # it builds what other configs select (the report: each row's run spec)
             chosen += named_classes()
-        return [(self.module, BODY), *((c.rsplit(".", 1)[0], c.rsplit(".", 1)[1]) for c in sorted(set(chosen)))]
+        notebooks = getattr(importlib.import_module(self.module), "NOTEBOOKS", None)  # run in a kernel of their own
+        return [(self.module, BODY), *((c.rsplit(".", 1)[0], c.rsplit(".", 1)[1]) for c in sorted(set(chosen))),
+                *(notebook_imports(ROOT / notebooks) if notebooks else ())]
 
     def files(self) -> set[Path]:
         """The source files the entry runs: its entry point's and its selected classes', with what they reach."""

@@ -2,12 +2,12 @@
 what ``ark.stages.distill`` and ``ark.distill.train`` read, and nothing else."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ark.errors import UserError
-from ark.settings import check_bool, check_choice, check_int, check_number, from_mapping, is_int
+from ark.settings import check_bool, check_int, check_number, from_mapping, is_int
 
-DEVICES = ("cpu", "cuda")
 NESTED_SCHEDULES = ("constant", "constant_with_warmup")  # a learning rate that does not depend on the number of updates
 
 
@@ -63,7 +63,8 @@ class DistillSettings:
     base_model: str | None
 
     def __post_init__(self):
-        check_choice("distill.device", self.device, DEVICES)
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            raise UserError(f"distill.device must be cpu, cuda or cuda:<n>, got {self.device!r}")
         check_number("distill.epochs", self.epochs, above=True)
         check_int("distill.max_steps", self.max_steps, none=True)
         check_number("distill.learning_rate", self.learning_rate, above=True)
@@ -77,7 +78,7 @@ class DistillSettings:
         if teachers is not None and not (isinstance(teachers, list) and all(isinstance(t, str) for t in teachers)):
             raise UserError(f"distill.teacher must be a run directory or run root, or a list of them, "
                             f"got {self.teacher!r}")
-        if self.budgets is not None:
+        if self.budgets:
             self.check_nested()
 
     @property
@@ -90,6 +91,8 @@ class DistillSettings:
     def check_nested(self) -> None:
         """Budgets need updates that a later sample cannot change: one sample an update, no held-out split, a learning
         rate that does not depend on the number of updates, and every update run."""
+        if not isinstance(self.budgets, dict):
+            raise UserError(f"distill.budgets must be a mapping {{name: k}}, got {self.budgets!r}")
         problems = [f"{key} {value}" for key, value, ok in (
             ("scheduler", self.scheduler, self.scheduler in NESTED_SCHEDULES),
             ("warmup", self.warmup, self.warmup == 0 or (self.warmup >= 1 and float(self.warmup).is_integer())),
@@ -102,8 +105,6 @@ class DistillSettings:
             raise UserError(f"distill.budgets needs a constant schedule (warm-up in whole steps), val_fraction 0, "
                             f"batch_size 1, grad_accum 1, no packing, one epoch and no max_steps; got "
                             f"{', '.join(problems)}")
-        if not isinstance(self.budgets, dict):
-            raise UserError(f"distill.budgets must be a mapping {{name: k}}, got {self.budgets!r}")
         for name, k in self.budgets.items():
             if not is_int(k) or k < 1 or "/" in str(name):
                 raise UserError(f"distill.budgets: {name}: {k} (a directory name: a whole number of queries >= 1)")

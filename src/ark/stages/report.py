@@ -32,6 +32,7 @@ from ark.tracking import log_files, log_summary, stage_run
 
 GROUPS = ()  # reads runs; no config group decides its result
 BUILDS = ("*",)  # it makes the classes any config selects (each row's run spec, to find its runs: ark.stage_deps)
+NOTEBOOKS = "notebooks"  # the notebooks it executes (report.notebooks): what they import counts as its code too
 
 
 def run(cfg: DictConfig) -> dict:
