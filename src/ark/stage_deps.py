@@ -18,6 +18,10 @@ every Python version: a comment, a docstring, a reformat or a move reruns nothin
 A stage that executes notebooks (``NOTEBOOKS``: the report) also reaches what their code cells import. tests/test_stage_deps.py runs one stage of each family under a profiler and checks
 that everything it executed is inside its entry's fingerprint.
 
+Known limits: a class's body runs when its module is imported but counts where the class is used (its class-level
+statements are part of the class's unit); a Hydra multirun's entry is rooted at its first job's classes (the sweeps
+here vary settings, not classes); relative imports are not read (the project has none).
+
 DVC cannot interpolate a list into ``deps`` (treeverse/dvc#8171), so what differs between the entries of a stage is
 written into ``deps.yaml`` beside each ``dvc.yaml`` (vars merged into the entries of ``params.yaml``): ``conf`` (the
 files its template does not list) and ``index`` (the retriever's index). Every new entry in ``params.yaml`` needs
