@@ -33,13 +33,8 @@ def behaviour_changed(text: str, name: str) -> str:
 def rerun(entries: dict, module: str, text: str) -> list[str]:
     """The entries whose fingerprint changes when ``module``'s source is ``text``."""
     before = {name: e.fingerprint() for name, e in entries.items()}
-    edited = stage_deps.parse_units(module, text)
-    original = stage_deps._parsed
-    stage_deps._parsed = lambda m: edited if m == module else original(m)
-    try:
+    with stage_deps.edited({module: text}):
         return sorted(name for name, e in entries.items() if e.fingerprint() != before[name])
-    finally:
-        stage_deps._parsed = original
 
 
 def by_kind(names: list[str]) -> str:

@@ -109,7 +109,7 @@ def committed(tmp_path_factory) -> Path:
 
 
 @pytest.mark.e2e
-def test_a_comment_anywhere_reruns_nothing_and_a_change_in_the_agent_loop_reruns_no_baseline(committed, monkeypatch):
+def test_a_comment_anywhere_reruns_nothing_and_a_change_in_the_agent_loop_reruns_no_baseline(committed):
     """In the copy, one ``dvc status`` after a comment appended to every module of src/ark, one statement added to
     the agent loop (``run_agent``) and two config edits, with code.yaml rewritten as ``make deps`` would: the stages
     that name code.yaml are exactly those whose code runs the agent loop (no baseline, no data stage); the config
@@ -132,10 +132,9 @@ def test_a_comment_anywhere_reruns_nothing_and_a_change_in_the_agent_loop_reruns
             loop.body.insert(0, ast.parse("T_max = T_max + 0").body[0])
             text = ast.unparse(tree)
         path.write_text(text)
-        edited[module] = stage_deps.parse_units(module, text)
-    original = stage_deps._parsed
-    monkeypatch.setattr(stage_deps, "_parsed", lambda m: edited.get(m) or original(m))
-    code = stage_deps.code(ROOT / "dvc.yaml")
+        edited[module] = text
+    with stage_deps.edited(edited):
+        code = stage_deps.code(ROOT / "dvc.yaml")
     (committed / "code.yaml").write_text(yaml.safe_dump(code, sort_keys=False, width=120))
     for path, text in {"conf/backbone/gpt-5.2.yaml": "# an edit\nmax_tokens: 7\n",
                        "conf/backbone/rules.yaml": "an_added_setting: 7\n"}.items():

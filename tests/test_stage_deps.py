@@ -151,7 +151,7 @@ def test_the_report_reaches_what_its_notebooks_import(all_entries):
         <= reached
 
 
-def changed_by(monkeypatch, all_entries, module: str, function: str, statement: str) -> set[str]:
+def changed_by(all_entries, module: str, function: str, statement: str) -> set[str]:
     """The entries whose fingerprint changes when ``statement`` is put first in ``function`` of ``module``."""
     import ast
 
@@ -161,10 +161,8 @@ def changed_by(monkeypatch, all_entries, module: str, function: str, statement: 
                 and n.name == function)
     node.body.insert(0, ast.parse(statement).body[0])
     before = {name: e.fingerprint() for name, e in all_entries.items()}
-    edited = stage_deps.parse_units(module, ast.unparse(tree))
-    original = stage_deps._parsed
-    monkeypatch.setattr(stage_deps, "_parsed", lambda m: edited if m == module else original(m))
-    return {name for name, e in all_entries.items() if e.fingerprint() != before[name]}
+    with stage_deps.edited({module: ast.unparse(tree)}):
+        return {name for name, e in all_entries.items() if e.fingerprint() != before[name]}
 
 
 def short(names) -> set[str]:
@@ -175,19 +173,17 @@ AGENT_STAGES = ("evaluate@", "collect@", "budget@", "table_evaluate@")
 RANKING_STAGES = ("baseline@", "hpo_baseline@")
 
 
-def test_a_behaviour_change_reruns_what_executes_it_and_nothing_else(monkeypatch, all_entries):
+def test_a_behaviour_change_reruns_what_executes_it_and_nothing_else(all_entries):
     """One statement added inside the agent loop: every agent entry of both pipelines, no baseline or data stage;
     inside the ranking engine: every baseline, no agent entry; inside a function no root entry runs: nothing."""
-    loop = short(changed_by(monkeypatch, all_entries, "ark.agent.loop", "run_agent", "T_max = T_max + 0"))
+    loop = short(changed_by(all_entries, "ark.agent.loop", "run_agent", "T_max = T_max + 0"))
     agents = {n for n in short(all_entries) if n.startswith(AGENT_STAGES)}
     assert agents <= loop and not {n for n in loop if n.startswith(RANKING_STAGES)}
     assert not {n for n in loop if n.split("@")[0] in DATA_STAGES | {"distill"}}
-    monkeypatch.undo()
-    ranking = short(changed_by(monkeypatch, all_entries, "ark.runs.rank", "execute_ranking", "stage = stage + ''"))
+    ranking = short(changed_by(all_entries, "ark.runs.rank", "execute_ranking", "stage = stage + ''"))
     baselines = {n for n in short(all_entries) if n.startswith(RANKING_STAGES)}
     assert baselines <= ranking and not {n for n in ranking if n.startswith(AGENT_STAGES)}
-    monkeypatch.undo()
-    tables = changed_by(monkeypatch, all_entries, "ark.report.tables.table5", "table5", "runs = runs")
+    tables = changed_by(all_entries, "ark.report.tables.table5", "table5", "runs = runs")
     assert tables == {"dvc.yaml:report", "stark/dvc.yaml:tables"}  # one entry point, biokg tables or not
 
 

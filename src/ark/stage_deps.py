@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -249,12 +250,31 @@ def _meaning(target) -> str:
     return target[1] if isinstance(target, tuple) else str(target)
 
 
+EDITED: dict[str, tuple[dict, dict]] = {}  # module -> parse_units of a source other than its file (``edited``)
+
+
 @functools.cache
-def _parsed(module: str) -> tuple[dict, dict]:
+def _parsed_file(module: str) -> tuple[dict, dict]:
     path = module_file(module)
     if path is None:
         return {BODY: frozenset()}, {}
     return parse_units(module, path.read_text(encoding="utf-8"))
+
+
+def _parsed(module: str) -> tuple[dict, dict]:
+    return EDITED.get(module) or _parsed_file(module)
+
+
+@contextlib.contextmanager
+def edited(sources: dict[str, str]):
+    """Within the block, modules read as ``sources`` ({module: its source text}) instead of their files: what
+    fingerprints an edit would give, without writing it."""
+    EDITED.update({m: parse_units(m, text) for m, text in sources.items()})
+    try:
+        yield
+    finally:
+        for m in sources:
+            EDITED.pop(m, None)
 
 
 def units(module: str) -> dict[str | None, frozenset]:
