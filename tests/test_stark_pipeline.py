@@ -1,8 +1,8 @@
 """The STaRK pipeline (stark/dvc.yaml) end to end through `dvc repro`, on a tiny STaRK release
 (tests/fixtures/stark_tiny.py) and the fake OpenAI-compatible endpoint (ark.llm.fake, loopback only).
 
-It runs in a temporary no-SCM DVC project holding copies of conf/ and stark/dvc.yaml with its generated deps.yaml
-and code.yaml (the code that runs is the installed package's), with a stark/params.yaml that points the three datasets at
+It runs in a temporary no-SCM DVC project holding copies of conf/, stark/dvc.yaml with its generated deps.yaml
+and code.yaml, and the paper's numbers the tables stage reads (the code that runs is the installed package's), with a stark/params.yaml that points the three datasets at
 the fixture and the backbone at the fake endpoint."""
 import json
 import os
@@ -36,6 +36,9 @@ def new_project(path: Path) -> Path:
     (path / "stark").mkdir()
     for name in ("dvc.yaml", "deps.yaml", "code.yaml"):  # the pipeline, its generated deps and code fingerprints
         shutil.copy(ROOT / "stark" / name, path / "stark" / name)
+    numbers = Path("src/ark/report/paper_numbers.csv")  # the tables stage's data dependency: the paper's numbers
+    (path / numbers).parent.mkdir(parents=True)
+    shutil.copy(ROOT / numbers, path / numbers)
     dvc(path, "init", "--no-scm", "-q")
     return path
 
