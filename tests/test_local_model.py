@@ -21,6 +21,7 @@ from ark.llm.decoding import ToolCallGrammar, grammar_schema
 from ark.llm.local import PREFILL_CHUNK, LocalChatModel
 from ark.llm.protocol import format_tool_call
 from ark.llm.server import ChatServer, HTTPError
+import ark.llm.weights as weights
 from ark.llm.weights import default_gguf_path, fingerprint, gguf_sha256
 from ark.tools.toolbox import Toolbox
 from tests.helpers import tiny_graph, tiny_index
@@ -299,7 +300,17 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert torch.allclose(lm, lu, atol=1e-4)
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
                                "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK,
-                               "threads": torch.get_num_threads(), "decode_rows": 1}
+                               "threads": torch.get_num_threads(), "decode_rows": 1, "linear": "torch"}
+    # oneDNN's reordered weights: the same model to the last bits' noise; an unmerged adapter keeps torch's layers
+    packed = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, linear="onednn")
+    kept = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, merge_adapter=False,
+                                     linear="onednn")
+    assert (packed.identity["linear"], kept.identity["linear"]) == ("onednn", "torch")
+    assert not any(type(m) is torch.nn.Linear for m in packed.model.modules())
+    with torch.inference_mode():
+        assert torch.allclose(packed.model(ids).logits, lm, atol=1e-4)
+    with pytest.raises(ValueError, match="linear must be onednn or torch, not 'mkl'"):
+        LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, linear="mkl")
     reply = merged.generate({"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
         "max_tokens": 20})
@@ -373,7 +384,10 @@ def test_smollm2_through_chat_server_and_litellm(tools, tmp_path):
     with torch.inference_mode():
         assert torch.equal(model.model(ids).logits, cached.model(ids).logits)
     assert model.identity == cached.identity == {"gguf_sha256": gguf_sha256(default_gguf_path(), tmp_path / "models"),
-                                                 "adapter_sha256": None, "dtype": "bfloat16", "constrained": True}
+                                                 "adapter_sha256": None, "dtype": "bfloat16", "constrained": True,
+                                                 "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
+                                                 "decode_rows": 1, "linear": model.identity["linear"]}
+    assert model.identity["linear"] == ("onednn" if weights.cpu_has_bf16() else "torch")  # no bf16 oneDNN without
     del cached
     with ChatServer(model.generate, model_name="smollm2") as server:
         for seed in range(3):

@@ -43,6 +43,16 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(local_module, "PREFILL_CHUNK", 32)  # many chunk boundaries in a short conversation
 
 
+def chunks(cache: PrefixCache) -> list:
+    """Every chunk the prefix tree holds, parents before children."""
+    out, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        out += [node] if node is not cache.root else []
+        stack.extend(node.children.values())
+    return out
+
+
 def recorded(model, monkeypatch) -> tuple[list[int], list[torch.Tensor]]:
     """(tokens of every forward pass of ``model``, the logits of every decoding step) from now on."""
     fed, logits, forward, decode = [], [], model.forward, local_module.decode_tool_call
@@ -93,7 +103,7 @@ def test_prefix_cache_gives_the_same_replies_and_prefills_less(tiny, tokenizer, 
 def test_replies_do_not_depend_on_the_order_of_requests(tiny, tokenizer, toolbox, small_chunks):
     """Whatever entries the prefix cache holds when a request comes, the reply is the same."""
     model = LocalChatModel.from_model(tiny, tokenizer)
-    model.prefix_cache = PrefixCache(max_entries=2)  # fewer than the agents: entries are evicted
+    model.prefix_cache = PrefixCache(max_tokens=4 * 32)  # less than the agents' conversations: chunks are evicted
     round_robin = conversations(model, toolbox, steps=3)
     model.prefix_cache = PrefixCache()
     one_by_one = conversations(model, toolbox, steps=3, order=[i for i in range(4) for _ in range(3)])
@@ -126,12 +136,13 @@ def test_an_entry_is_never_written_by_the_requests_reusing_it(tiny, tokenizer, t
                             {"role": "user", "content": user_prompt(QUESTIONS[0])}],
                "tools": toolbox.schemas(), "max_tokens": 30}
     model.generate(request)
-    (key, cache), = model.prefix_cache.entries.items()
-    before = [(k.clone(), v.clone()) for k, v, *_ in cache]
+    kept = chunks(model.prefix_cache)
+    before = [[(k.clone(), v.clone()) for k, v in c.kv] for c in kept]
     for seed in range(3):
         model.generate(request | {"seed": seed})
-    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v, *_), (k0, v0) in zip(cache, before))
-    assert len(key) % 32 == 0 and cache.get_seq_length() > len(key)
+    assert chunks(model.prefix_cache) == kept  # the same prompt: nothing added
+    assert all(torch.equal(k, k0) and torch.equal(v, v0)
+               for c, kv0 in zip(kept, before) for (k, v), (k0, v0) in zip(c.kv, kv0))
 
 
 @pytest.mark.parametrize("decode_rows", [1, 2])
@@ -149,39 +160,19 @@ def test_a_prompt_is_kept_once_prefilled_and_stays_intact(tiny, tokenizer, toolb
         def watched(ids):
             logits = step(ids)
             if not seen:  # right after the prefill, before any reply token
-                (key, entry), = model.prefix_cache.entries.items()
-                seen.append((len(key), entry, [(k.clone(), v.clone()) for k, v, *_ in entry]))
+                kept = chunks(model.prefix_cache)
+                seen.append((model.prefix_cache.tokens, kept, [[(k.clone(), v.clone()) for k, v in c.kv] for c in kept]))
             return logits
         return decode(watched, *args)
 
     monkeypatch.setattr(local_module, "decode_tool_call", watching)
     reply = model.generate(request)
     prompt = reply["usage"]["prompt_tokens"]
-    (n, entry, at_prefill), = seen
-    assert n % 32 == 0 and prompt // 32 * 32 <= n <= prompt and entry.get_seq_length() == n
-    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v, *_), (k0, v0) in zip(entry, at_prefill))
+    (n, kept, at_prefill), = seen
+    assert n == prompt // 32 * 32 > 0
+    assert all(torch.equal(k, k0) and torch.equal(v, v0)
+               for c, kv0 in zip(kept, at_prefill) for (k, v), (k0, v0) in zip(c.kv, kv0))
     assert reply["usage"]["completion_tokens"] > 1  # it went on decoding after the entry was kept
-
-
-def test_prefix_cache_bounds_and_lookup():
-    def cache_of(n):
-        from transformers import DynamicCache
-
-        return DynamicCache([(torch.arange(n, dtype=torch.float32).reshape(1, 1, n, 1),) * 2])
-
-    pc = PrefixCache(max_entries=3, max_tokens=1000)
-    pc.put(list(range(256)), cache_of(300))
-    pc.put(list(range(512)), cache_of(600))  # the first is a prefix of it: dropped
-    assert [len(k) for k in pc.entries] == [512]
-    cache, n = pc.longest_prefix(list(range(400)) + [7])
-    assert n == 256 and cache.get_seq_length() == 256  # cut to a chunk boundary
-    assert pc.longest_prefix(list(range(512)))[1] == 256  # a token is left to feed
-    assert pc.longest_prefix([5] * 600) == (None, 0)
-    pc.put([1] * 256, cache_of(300))  # 900 tokens held
-    pc.put([2] * 256, cache_of(300))  # 1200 > 1000: the oldest goes
-    assert [k[0] for k in pc.entries] == [1, 2]
-    pc.put([3] * 256, cache_of(1001))  # larger than the bound: not kept
-    assert [k[0] for k in pc.entries] == [1, 2]
 
 
 def test_kernels_limited_to_avx2_count_as_no_native_bf16(monkeypatch):

@@ -47,7 +47,7 @@ def test_a_student_is_served_to_the_openai_client_under_its_own_name(tiny_local,
             threading.Event().wait(0.05)
         assert ready["name"] == "smollm2-my-student"
         assert built["adapter"] == str(adapter) and built["constrained"] is False  # the student's own settings
-        assert built["decode_rows"] == 24  # a row for each request of a default run: 3 agents x 8 queries in flight
+        assert built["decode_rows"] == 8  # SERVE_ROWS
         client = OpenAI(base_url=ready["url"], api_key="none", max_retries=0, timeout=60)
         assert [m.id for m in client.models.list().data] == ["smollm2-my-student"]
         tools = Toolbox(tiny_graph(), tiny_index(tiny_graph())).schemas()
@@ -69,12 +69,13 @@ def test_a_model_it_cannot_serve_is_one_line(capsys, tmp_path):
     assert "no adapter directory" in capsys.readouterr().err
 
 
-def test_a_given_decode_rows_is_kept_and_the_default_follows_the_run_defaults():
-    from ark.serve import served_config
+def test_a_given_decode_rows_is_kept_and_the_requests_computed_at_once_follow_the_run_defaults():
+    from ark.serve import SERVE_ROWS, in_flight, served_config
 
-    assert served_config([]).backbone.local.decode_rows == 24
-    assert served_config(["agent.n_agents=1", "eval.concurrency=4"]).backbone.local.decode_rows == 4
+    assert served_config([]).backbone.local.decode_rows == SERVE_ROWS == 8
     assert served_config(["backbone.local.decode_rows=2"]).backbone.local.decode_rows == 2
+    assert in_flight(served_config([])) == 24  # 3 agents x 8 queries: each request of a default run is computed
+    assert in_flight(served_config(["agent.n_agents=1", "eval.concurrency=4"])) == 4
 
 
 def test_the_printed_run_command_carries_the_served_models_name_sampling_and_address():

@@ -45,7 +45,7 @@ def usage(backbone, url: str) -> str:
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
         f"  {run_command(backbone, url)}",
-        f"  (it decodes up to {backbone.local.decode_rows} requests together, agent.n_agents x eval.concurrency of a default run; a reply is "
+        f"  (it decodes up to {backbone.local.decode_rows} requests a step, backbone.local.decode_rows; a reply is "
         f"at most {backbone.max_tokens} tokens, backbone.max_tokens)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
@@ -68,10 +68,16 @@ def capped(generate, max_tokens: int):
     return generate_capped
 
 
+# The rows of a decoding step unless backbone.local.decode_rows is given: a step computes all of them however few
+# requests are decoding, so a lone client pays for every row. At 24 rows (a default run's requests in flight) one
+# stream decoded 2.3 tokens a second on an AVX2-only CPU; more requests than rows take turns by steps
+# (benchmarks/serve_load.py, benchmarks/README.md).
+SERVE_ROWS = 8
+
+
 def served_config(overrides: list[str]):
-    """The config ``ark serve`` builds its model from: the embedded model unless a backbone is chosen, decoding a
-    row for every request a default run keeps in flight (agent.n_agents x eval.concurrency) unless
-    ``backbone.local.decode_rows`` is given."""
+    """The config ``ark serve`` builds its model from: the embedded model unless a backbone is chosen, decoding
+    ``SERVE_ROWS`` requests a step unless ``backbone.local.decode_rows`` is given."""
     from ark.config import compose
 
     keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
@@ -79,8 +85,13 @@ def served_config(overrides: list[str]):
         overrides = ["backbone=local_smollm2", *overrides]
     cfg = compose(overrides)
     if "backbone.local.decode_rows" not in keys and "local" in cfg.backbone:
-        cfg.backbone.local.decode_rows = cfg.agent.n_agents * cfg.eval.concurrency
+        cfg.backbone.local.decode_rows = SERVE_ROWS
     return cfg
+
+
+def in_flight(cfg) -> int:
+    """The requests a default run against the server keeps in flight: agent.n_agents x eval.concurrency."""
+    return cfg.agent.n_agents * cfg.eval.concurrency
 
 
 def fewer_heaps() -> None:
@@ -106,7 +117,8 @@ def server(overrides: list[str], host: str, port: int):
     from ark.llm.server import ChatServer
 
     fewer_heaps()
-    spec = build.spec(served_config(overrides), "evaluate")
+    cfg = served_config(overrides)
+    spec = build.spec(cfg, "evaluate")
     backbone = spec.backbone
     if not isinstance(backbone, LocalBackbone):
         raise UserError(f"ark serve serves the embedded model or a student (backbone=local_smollm2, backbone=student "
@@ -117,7 +129,8 @@ def server(overrides: list[str], host: str, port: int):
                            threads=spec.cpu_threads)
     try:
         chat = ChatServer(capped(model.generate, backbone.max_tokens), host=host, port=port, model_name=name,
-                          workers=backbone.local.decode_rows, max_queue=64, keep_abandoned=True,
+                          workers=max(backbone.local.decode_rows, in_flight(cfg)), max_queue=64, keep_abandoned=True,
+                          on_exit=model.cancel,
                           **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None

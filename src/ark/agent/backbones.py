@@ -145,16 +145,23 @@ class HostedBackbone(Backbone):
 @dataclass(frozen=True)
 class LocalModel:
     """The embedded model's settings: grammar-constrained decoding, dtype (auto: bfloat16 where the CPU has it
-    natively), a LoRA adapter directory loaded on top (the distilled student), and the rows of a batched decoding
-    step (``ark.llm.batching``: concurrent requests share forward passes; 1: one request at a time)."""
+    natively), a LoRA adapter directory loaded on top (the distilled student), the rows of a batched decoding
+    step (``ark.llm.batching``: concurrent requests share forward passes; 1: one request at a time), and the
+    memory the key/values of the requests in flight and of the kept prompts share (``ark.llm.local.KVBudget``)."""
 
     constrained: bool = True
     dtype: str = "auto"
     adapter: str | None = None
     decode_rows: int = 1
+    kv_memory_mb: int = field(default=1024, metadata={"identity": False})  # how much at once, not what: no identity
+    linear: str = "onednn"
+    # the linear layers: oneDNN with weights reordered once, or torch's own (ark.llm.weights.pack_linears)
+    LINEAR_KERNELS: ClassVar[tuple[str, ...]] = ("onednn", "torch")
 
     def __post_init__(self):
         check_int("backbone.local.decode_rows", self.decode_rows)
+        check_int("backbone.local.kv_memory_mb", self.kv_memory_mb)
+        check_choice("backbone.local.linear", self.linear, self.LINEAR_KERNELS)
 
 
 @dataclass
@@ -195,7 +202,8 @@ class LocalBackbone(HostedBackbone):
         # flight has one request outstanding, so a queue of twice that never turns one away (a request whose client
         # timed out leaves the queue uncomputed, or its reply answers the retry)
         with ChatServer(model.generate, model_name=self.model.split("/", 1)[-1], workers=self.local.decode_rows,
-                        max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True, **serving.server) as server:
+                        max_queue=max(16, 2 * serving.agents_in_flight), keep_abandoned=True, on_exit=model.cancel,
+                        **serving.server) as server:
             yield LLMPolicy(self.client(serving, server.url, model), tools, seed)
         if model.batcher is not None:
             logging.getLogger(__name__).info("batched decoding: %s", model.batcher.summary())

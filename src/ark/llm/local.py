@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +37,7 @@ from ark.llm import batching
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
 from ark.llm.server import HTTPError, chat_completion
-from ark.llm.weights import apply_adapter, default_gguf_path, fingerprint, load_gguf, resolve_dtype
+from ark.llm.weights import apply_adapter, default_gguf_path, fingerprint, load_gguf, pack_linears, resolve_dtype
 
 if TYPE_CHECKING:
     from ark.llm.decoding import Step
@@ -66,40 +66,144 @@ def first_positions(cache: DynamicCache, n: int) -> DynamicCache:
     return DynamicCache([(k[..., :n, :], v[..., :n, :]) for k, v, *_ in cache])
 
 
-class PrefixCache:
-    """The key/value caches of recent requests, each keyed by the prompt tokens it holds up to a chunk boundary.
-    An agent's next step sends the conversation so far again: its prompt starts with what an earlier request's
-    cache holds, and only the rest is prefilled. Bounded by entries and by the tokens the caches hold (SmolLM2:
-    23 KB a token in bfloat16, 46 KB in float32). Not thread-safe: ``LocalChatModel`` runs one request at a time."""
+class Chunk:
+    """One ``PREFILL_CHUNK`` of prompt tokens in the prefix tree: its keys and values at every layer (copies, never
+    written), the chunks that have followed it, and when it was last used."""
 
-    def __init__(self, max_entries: int = 32, max_tokens: int = 65536):
-        self.max_entries, self.max_tokens = max_entries, max_tokens
-        self.entries: OrderedDict[tuple[int, ...], DynamicCache] = OrderedDict()
+    __slots__ = ("parent", "tokens", "kv", "children", "used")
+
+    def __init__(self, parent: "Chunk | None", tokens: tuple[int, ...], kv: list, used: int):
+        self.parent, self.tokens, self.kv, self.children, self.used = parent, tokens, kv, {}, used
+
+
+class PrefixCache:
+    """The key/values of recent prompts as a tree of ``PREFILL_CHUNK``-token chunks: a chunk is stored once
+    however many prompts start with it (the agents' shared system prompt and tool schemas, a conversation's
+    earlier turns). An agent's next step sends the conversation so far again: its prompt starts with chunks the
+    tree holds, and only the rest is prefilled. Bounded by ``max_tokens`` (SmolLM2: 23 KB a token in bfloat16,
+    46 KB in float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls
+    it under its model lock."""
+
+    def __init__(self, max_tokens: int = 65536):
+        self.max_tokens = max_tokens
+        self.root = Chunk(None, (), [], 0)
+        self.chunks = 0
+        self._clock = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.chunks * PREFILL_CHUNK
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
 
     def longest_prefix(self, ids: list[int]) -> tuple[DynamicCache | None, int]:
-        """(a new cache holding ``ids[:n]``, n): n is the longest prefix an entry holds, cut to a chunk boundary
-        and short of ``len(ids)``. The new cache is a copy: entries are never written."""
-        best, n = None, 0
-        for key in self.entries:
-            m = min(common_prefix(key, ids), len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK
-            if m > n:
-                best, n = key, m
-        if best is None:
+        """(a new cache holding ``ids[:n]``, n): the chunks the tree holds from the start of ``ids``, short of
+        ``len(ids)`` (a token is left to feed). The cache is a copy: chunks are never written."""
+        path, node = [], self.root
+        for start in range(0, (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK, PREFILL_CHUNK):
+            node = node.children.get(tuple(ids[start:start + PREFILL_CHUNK]))
+            if node is None:
+                break
+            node.used = self._tick()
+            path.append(node)
+        if not path:
             return None, 0
-        self.entries.move_to_end(best)
-        return first_positions(self.entries[best], n), n
+        layers = zip(*(chunk.kv for chunk in path))
+        return (DynamicCache([(torch.cat([k for k, _ in kv], -2), torch.cat([v for _, v in kv], -2))
+                              for kv in layers]), len(path) * PREFILL_CHUNK)
 
     def put(self, key: list[int], cache: DynamicCache) -> None:
-        """Keep ``cache``, whose first ``len(key)`` positions hold ``key`` (a multiple of the chunk)."""
-        key = tuple(key)
-        if not key or self.max_entries <= 0 or cache.get_seq_length() > self.max_tokens:
-            return
-        for other in [k for k in self.entries if key[:len(k)] == k]:  # serves no prompt better than the new one
-            del self.entries[other]
-        self.entries[key] = cache
-        while (len(self.entries) > self.max_entries
-               or sum(c.get_seq_length() for c in self.entries.values()) > self.max_tokens):
-            self.entries.popitem(last=False)
+        """Keep the chunks of ``key`` (a multiple of the chunk) that the tree lacks; ``cache`` holds their
+        keys and values at its first ``len(key)`` positions."""
+        node, layers = self.root, None
+        for start in range(0, len(key) // PREFILL_CHUNK * PREFILL_CHUNK, PREFILL_CHUNK):
+            tokens = tuple(key[start:start + PREFILL_CHUNK])
+            child = node.children.get(tokens)
+            if child is None:
+                layers = layers if layers is not None else [(k, v) for k, v, *_ in cache]
+                end = start + PREFILL_CHUNK
+                child = Chunk(node, tokens, [(k[..., start:end, :].clone(), v[..., start:end, :].clone())
+                                             for k, v in layers], 0)
+                node.children[tokens] = child
+                self.chunks += 1
+            child.used = self._tick()
+            node = child
+        self.shrink(self.max_tokens)
+
+    def shrink(self, max_tokens: int) -> None:
+        """Drop least recently used leaf chunks until the tree holds at most ``max_tokens``."""
+        while self.tokens > max(max_tokens, 0):
+            leaves, stack = [], [self.root]
+            while stack:
+                node = stack.pop()
+                stack.extend(node.children.values())
+                if not node.children and node is not self.root:
+                    leaves.append(node)
+            for leaf in sorted(leaves, key=lambda c: c.used):
+                del leaf.parent.children[leaf.tokens]
+                self.chunks -= 1
+                if self.tokens <= max(max_tokens, 0):
+                    break
+
+
+# The share of the key/value budget that the requests being computed may reserve; the rest is the kept prompts'
+# at least. Without such a floor a burst of requests that share a system prompt left no room to keep it, and
+# each of them prefilled it again (20 requests, 4 system prompts: 173 s against 70 s; benchmarks/serve_load.py).
+IN_FLIGHT_SHARE = 0.75
+
+
+class KVBudget:
+    """The key/value tokens of the requests being computed, bounded: ``reserve(n)`` waits until ``n`` more fit
+    under ``limit`` (a request reserves its prompt plus its reply cap), so that memory is bounded by
+    configuration, not by traffic; ``tokens - reserved`` is what the kept prompts may hold. ``stop()`` turns every
+    wait into an error."""
+
+    def __init__(self, tokens: int):
+        self.tokens, self.reserved = tokens, 0
+        self.limit = int(tokens * IN_FLIGHT_SHARE)
+        self.cond = threading.Condition()
+        self.stopping = False
+
+    @contextlib.contextmanager
+    def reserve(self, n: int):
+        with self.cond:
+            self.cond.wait_for(lambda: self.stopping or self.reserved + n <= self.limit)
+            if self.stopping:
+                raise HTTPError(503, "the server is stopping")
+            self.reserved += n
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.reserved -= n
+                idle = self.reserved == 0
+                self.cond.notify_all()
+            if idle:
+                release_free_memory()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the system (glibc ``malloc_trim``): the key/value tensors of a burst of
+    requests are freed into the heap, which keeps them mapped unless told."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def kv_bytes_per_token(model) -> int:
+    """The bytes of keys and values one position takes in ``model``'s cache (all layers)."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
 
 
 class LocalChatModel:
@@ -111,14 +215,19 @@ class LocalChatModel:
     ``decode_rows`` 1: requests run one at a time (the server is threaded; the model is not); more: concurrent
     requests are prefilled one at a time and share their single-token decoding steps, ``decode_rows`` rows a
     forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
-    ``prefix_cache``: keep the key/value caches of recent requests and prefill only what a prompt adds to one
-    (False: prefill every prompt whole).
+    ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
+    "torch": torch's own.
+    ``prefix_cache``: keep the key/values of recent prompts and prefill only what a prompt adds to them (False:
+    prefill every prompt whole). ``kv_memory_mb``: the key/values of the requests being computed (each reserves
+    its prompt plus its reply cap; more wait their turn) and of the kept prompts (what the requests leave) together
+    stay under it; at least one full context window. ``cancel()`` ends the requests being computed (a stopping
+    server): each raises a 503 at its next forward pass.
     """
 
     def __init__(self, gguf_path: str | os.PathLike | None = None, dtype: str = "auto",
                  adapter: str | os.PathLike | None = None, constrained: bool = True, threads: int | None = None,
                  cache_dir: str | os.PathLike | None = None, merge_adapter: bool = True, name: str = "smollm2",
-                 prefix_cache: bool = True, decode_rows: int = 1):
+                 prefix_cache: bool = True, decode_rows: int = 1, kv_memory_mb: int = 1024, linear: str = "onednn"):
         if threads:
             torch.set_num_threads(threads)
         if dtype == "auto":
@@ -127,23 +236,30 @@ class LocalChatModel:
         gguf_path = Path(gguf_path or default_gguf_path())
         model, tokenizer = load_gguf(gguf_path, dtype, cache_dir)
         weights = fingerprint(gguf_path, adapter, cache_dir)
-        self._setup(model, tokenizer, weights, adapter, constrained, merge_adapter, name, prefix_cache, decode_rows)
+        self._setup(model, tokenizer, weights, adapter, constrained, merge_adapter, name, prefix_cache, decode_rows,
+                    kv_memory_mb, linear)
 
     @classmethod
     def from_model(cls, model, tokenizer, *, adapter: str | os.PathLike | None = None, constrained: bool = True,
                    merge_adapter: bool = True, name: str = "local",
-                   prefix_cache: bool = True, decode_rows: int = 1) -> "LocalChatModel":
-        """Wrap an already loaded causal LM (tests use a tiny random one). ``adapter`` modifies ``model``."""
+                   prefix_cache: bool = True, decode_rows: int = 1, kv_memory_mb: int = 1024,
+                   linear: str = "torch") -> "LocalChatModel":
+        """Wrap an already loaded causal LM (tests use a tiny random one). ``adapter`` and ``linear="onednn"``
+        modify ``model``."""
         self = cls.__new__(cls)
         self._setup(model, tokenizer, fingerprint(None, adapter), adapter, constrained, merge_adapter, name,
-                    prefix_cache, decode_rows)
+                    prefix_cache, decode_rows, kv_memory_mb, linear)
         return self
 
     def _setup(self, model, tokenizer, weights: dict, adapter, constrained, merge_adapter, name, prefix_cache,
-               decode_rows):
+               decode_rows, kv_memory_mb, linear):
         if adapter is not None:
             model = apply_adapter(model, adapter, merge_adapter)
         self.model = model.eval()
+        if linear == "onednn":
+            linear = pack_linears(self.model, max(decode_rows, 8))
+        elif linear != "torch":
+            raise ValueError(f"linear must be onednn or torch, not {linear!r}")
         if decode_rows < 1:
             raise ValueError(f"decode_rows must be at least 1, not {decode_rows}")
         if decode_rows > 1 and not batching.supports(self.model):
@@ -155,16 +271,28 @@ class LocalChatModel:
         # threads change bfloat16 replies, the rows of a decoding step float32 ones
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
                          "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
-                         "decode_rows": decode_rows}
+                         "decode_rows": decode_rows, "linear": linear}
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
         self.stop_ids = {known[t] for t in ("<|im_end|>", "<|endoftext|>", tokenizer.eos_token) if t in known}
-        self.prefix_cache = PrefixCache() if prefix_cache else None
+        per_token = kv_bytes_per_token(self.model)
+        self.kv = KVBudget(int(kv_memory_mb * 2**20 // per_token))
+        if self.kv.limit < self.context_window:
+            least = -(-self.context_window * per_token // IN_FLIGHT_SHARE // 2**20)
+            raise ValueError(f"kv_memory_mb {kv_memory_mb} lets a request hold {self.kv.limit} positions of "
+                             f"key/values; the context window is {self.context_window} ({least:.0f} MB at least, "
+                             f"{str(self.model.dtype).removeprefix('torch.')})")
+        budget = self.kv.tokens
+        self.prefix_cache = PrefixCache(budget) if prefix_cache else None
         self._lock = threading.Lock()
         self._calls = 0
         # decode_rows > 1: the lock is held per forward pass, not per request
         self.batcher = batching.StepBatcher(self.model, decode_rows, self._lock) if decode_rows > 1 else None
+
+    def cancel(self) -> None:
+        """End the requests being computed and waiting (a 503 each): the server is stopping."""
+        self.kv.stop()
 
     # ------------------------------------------------------------------ pieces
     def render(self, request: dict) -> str:
@@ -192,6 +320,8 @@ class LocalChatModel:
 
         def step(ids: list[int]) -> torch.Tensor:
             nonlocal cache, entered
+            if self.kv.stopping:
+                raise HTTPError(503, "the server is stopping")
             if prompt:
                 if batcher is not None and len(ids) == 1:
                     return batcher.step(cache, ids[0])
@@ -199,14 +329,18 @@ class LocalChatModel:
                     return forward(ids)
             prompt.extend(ids)
             with locked:
+                if self.prefix_cache is not None:  # the kept prompts get what the requests in flight leave
+                    self.prefix_cache.shrink(self.kv.tokens - self.kv.reserved)
                 cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
                 for start in range(done, len(ids), PREFILL_CHUNK):
+                    if self.kv.stopping:
+                        raise HTTPError(503, "the server is stopping")
                     logits = forward(ids[start:start + PREFILL_CHUNK])
                 # kept now as well as after the reply, so that requests arriving meanwhile reuse it (the queries in
                 # flight start together, and their first prompts share the system prompt and tool schemas)
                 aligned = len(ids) // PREFILL_CHUNK * PREFILL_CHUNK
                 if self.prefix_cache is not None and aligned > done:
-                    self.prefix_cache.put(ids[:aligned], first_positions(cache, aligned))
+                    self.prefix_cache.put(ids[:aligned], cache)
             if batcher is not None:
                 batcher.enter()
                 entered = True
@@ -215,8 +349,7 @@ class LocalChatModel:
         def keep() -> None:
             if self.prefix_cache is not None and cache is not None:
                 with locked:
-                    self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK],
-                                          cache if batcher is None else batching.compact(cache))
+                    self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK], cache)
 
         def release() -> None:
             nonlocal entered
@@ -250,6 +383,11 @@ class LocalChatModel:
         sampling = Sampling(1.0 if temperature is None else float(temperature), 1.0 if top_p is None else float(top_p),
                             torch.Generator().manual_seed(0 if seed is None else int(seed)))
         model_name = request.get("model") or self.name
+        with self.kv.reserve(len(prompt_ids) + max_tokens):
+            return self._decode(request, prompt_ids, tools, tool_choice, max_tokens, sampling, model_name)
+
+    def _decode(self, request: dict, prompt_ids: list[int], tools: list, tool_choice, max_tokens: int,
+                sampling: Sampling, model_name: str) -> dict:
         step, keep, release = self._stepper()
         try:
             if self.constrained and tools and tool_choice != "none":

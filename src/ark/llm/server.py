@@ -161,15 +161,16 @@ class ChatServer:
     """``with ChatServer(generate) as server: ... server.url ...`` — uvicorn in a daemon thread.
 
     ``workers``: generations at once (1 for a model that computes one request at a time); ``max_queue``: requests
-    admitted, waiting or running. Counters: ``requests`` received, ``generated`` (``generate`` called),
+    admitted, waiting or running; ``on_exit``: called as the server stops, before it waits for the generations
+    under way (a model's ``cancel``). Counters: ``requests`` received, ``generated`` (``generate`` called),
     ``dropped`` (client gone before its turn), ``abandoned`` (generated, but the client had gone), ``reused`` (a
     retry answered by such a generation), ``rejected`` (503, queue full)."""
 
     def __init__(self, generate, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
                  workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False,
                  max_body_bytes: int = 8 * 2**20, header_timeout: float = 10.0, body_timeout: float = 30.0,
-                 max_connections: int = 512, max_pending_bytes: int = 64 * 2**20):
-        self.generate, self.model_name = generate, model_name
+                 max_connections: int = 512, max_pending_bytes: int = 64 * 2**20, on_exit=None):
+        self.generate, self.model_name, self.on_exit = generate, model_name, on_exit
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
         self.bodies = BodyBudget(max_pending_bytes)
         self.created = int(time.time())  # what /v1/models reports: a restarted server is another endpoint
@@ -206,6 +207,8 @@ class ChatServer:
         self.uvicorn.should_exit = self.uvicorn.force_exit = True
         self.thread.join(timeout=10)
         self.socket.close()
+        if self.on_exit is not None:  # the generations under way stop at their next step (the model's cancel)
+            self.on_exit()
         # a generation still running (its client gone) ends first: a thread inside torch at exit aborts the process
         self._pool.shutdown(wait=True, cancel_futures=True)
         log.info("chat server: %d requests, %d generated (%d for a client gone, %d of them reused by its retry), "

@@ -97,6 +97,52 @@ def apply_adapter(model, adapter: str | os.PathLike, merge: bool = True):
 
 
 # ---------------------------------------------------------------- fingerprint
+class PackedLinear(torch.nn.Module):
+    """A ``Linear`` layer whose weight is reordered once into oneDNN's blocked layout (``pack_linears``)."""
+
+    def __init__(self, linear: torch.nn.Linear, rows: int):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, self.bias, "none",
+                                               [], "")
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def resolve_linear(linear: str, dtype) -> str:
+    """The kernel ``linear`` computes with on this machine in ``dtype``: "onednn" only where torch has oneDNN and
+    oneDNN reorders that dtype (bfloat16 needs AVX512-BF16 or AVX-NE-CONVERT), else "torch"."""
+    if linear != "onednn" or not torch.backends.mkldnn.is_available():
+        return "torch"
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=torch_dtype(dtype)), 8)
+    except RuntimeError:
+        return "torch"
+    return "onednn"
+
+
+def pack_linears(model, rows: int = 8) -> str:
+    """Replace every ``Linear`` of an inference model by a ``PackedLinear`` (oneDNN, weights reordered for
+    ``rows``-row products) and return the kernel now used: "onednn", or "torch" where torch has no oneDNN. Torch's
+    default float32 product (MKL) ran the few-row products of decoding at 5-10 GB/s of weights on an AVX2-only AMD
+    EPYC, oneDNN's prepacked ones 12-14, and prefill's 256-row ones at 52-76 GFLOP/s against 69-80
+    (benchmarks/README.md, *linear kernels*). The kernel changes the last bits of a product: it is part of the
+    model's identity."""
+    if resolve_linear("onednn", model.dtype) == "torch" or any("lora_" in name for name, _ in model.named_modules()):
+        return "torch"  # an adapter left unmerged computes through peft's layers, which read their weights
+    for _, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(module, child_name, PackedLinear(child, rows))
+    with torch.no_grad():  # the rest into memory of its own: a weight file mapped whole stays mapped (and resident)
+        for param in model.parameters():  # while any tensor of it lives
+            param.data = param.data.clone()
+    return "onednn"
+
+
 def gguf_sha256(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
     """sha256 of a GGUF file, remembered in a sidecar JSON (under ``cache_dir``, else beside the file)
     that is valid while the file's path, size and mtime stay the same."""

@@ -1,0 +1,187 @@
+"""The embedded model's key/value memory: the prefix tree stores a chunk once however many prompts share it and
+stays under its bound; the budget makes requests wait instead of growing memory; a stopping server ends the
+requests under way. A tiny random Llama with the real SmolLM2 tokenizer (a test double, not the product's model)."""
+import threading
+import time
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import ark.llm.local as local_module
+from ark.llm.local import KVBudget, LocalChatModel, PrefixCache
+from ark.llm.server import HTTPError
+
+C = 4  # the chunk of these tests
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(local_module, "PREFILL_CHUNK", C)
+
+
+def cache_of(ids: list[int]) -> DynamicCache:
+    """A one-layer cache whose key and value at a position are the token there (so a lookup can be checked)."""
+    t = torch.tensor(ids, dtype=torch.float32).reshape(1, 1, len(ids), 1)
+    return DynamicCache([(t, t * 10)])
+
+
+def held(cache: DynamicCache) -> list[int]:
+    (k, v), = [(k, v) for k, v, *_ in cache]
+    assert torch.equal(v, k * 10)
+    return [int(x) for x in k.flatten()]
+
+
+def test_a_shared_prefix_is_stored_once_and_found_up_to_a_chunk_before_the_end():
+    pc = PrefixCache(max_tokens=100)
+    preamble = list(range(8))
+    pc.put(preamble + [20, 21, 22, 23], cache_of(preamble + [20, 21, 22, 23, 99]))
+    pc.put(preamble + [30, 31, 32, 33], cache_of(preamble + [30, 31, 32, 33]))
+    assert pc.tokens == 16  # the preamble's two chunks once, and one chunk for each question
+    cache, n = pc.longest_prefix(preamble + [30, 31, 32, 33, 5])
+    assert n == 12 and held(cache) == preamble + [30, 31, 32, 33]
+    assert pc.longest_prefix(preamble + [30, 31, 32, 33])[1] == 8  # a token is always left to feed
+    assert pc.longest_prefix(preamble[:4] + [7, 7, 7, 7, 7])[1] == 4
+    assert pc.longest_prefix([9] * 20) == (None, 0)
+
+
+def test_the_tree_drops_least_recently_used_leaves_to_stay_under_its_bound():
+    pc = PrefixCache(max_tokens=12)
+    a, b = [0, 1, 2, 3, 10, 11, 12, 13], [0, 1, 2, 3, 20, 21, 22, 23]
+    pc.put(a, cache_of(a))
+    pc.put(b, cache_of(b))
+    assert pc.tokens == 12
+    pc.longest_prefix(a + [0])  # a used last: b's leaf goes first
+    c = [0, 1, 2, 3, 30, 31, 32, 33]
+    pc.put(c, cache_of(c))
+    assert pc.tokens == 12 and pc.longest_prefix(b + [0])[1] == 4 and pc.longest_prefix(a + [0])[1] == 8
+    pc.shrink(0)
+    assert pc.tokens == 0 and pc.longest_prefix(a + [0]) == (None, 0)
+
+
+def test_a_kept_chunk_is_a_copy_that_later_writes_do_not_reach():
+    ids = list(range(8))
+    cache = cache_of(ids)
+    pc = PrefixCache()
+    pc.put(ids, cache)
+    for k, v, *_ in cache:
+        k.zero_()
+    found, n = pc.longest_prefix(ids + [1])
+    assert n == 8 and held(found) == ids
+    for k, v, *_ in found:  # nor do writes to what a lookup returned
+        k.zero_()
+    assert held(pc.longest_prefix(ids + [1])[0]) == ids
+
+
+def test_the_budget_makes_a_request_wait_until_the_tokens_fit():
+    budget = KVBudget(160)  # requests may reserve 120
+    order, inside, done = [], threading.Event(), threading.Event()
+
+    def second():
+        with budget.reserve(50):
+            order.append("second in")
+            inside.set()
+            done.wait(5)
+
+    with budget.reserve(80):
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.2)
+        order.append("first out")
+    assert inside.wait(5) and order == ["first out", "second in"] and budget.reserved == 50
+    done.set()
+    t.join(5)
+    assert budget.reserved == 0
+
+
+def test_a_stopping_budget_turns_waits_into_errors():
+    budget = KVBudget(14)  # requests may reserve 10
+    errors = []
+
+    def wait():
+        try:
+            with budget.reserve(10):
+                pass
+        except HTTPError as e:
+            errors.append(e.status)
+
+    with budget.reserve(10):
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.1)
+        budget.stop()
+        t.join(5)
+    assert errors == [503]
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, max_position_embeddings=2048)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_a_budget_under_one_context_window_is_refused(tiny, tokenizer):
+    # 2 layers x 2 heads x 16 dims x 2 (keys, values) x 4 bytes = 512 bytes a position: 2 MB hold 4,096, of which
+    # the requests in flight may reserve three quarters
+    kv = LocalChatModel.from_model(tiny, tokenizer, kv_memory_mb=2).kv
+    assert (kv.tokens, kv.limit) == (4096, 3072)
+    tiny.config.max_position_embeddings = 4096
+    try:
+        with pytest.raises(ValueError, match="lets a request hold 3072 positions of key/values; the context window "
+                                             "is 4096 [(]3 MB at least, float32[)]"):
+            LocalChatModel.from_model(tiny, tokenizer, kv_memory_mb=2)
+    finally:
+        tiny.config.max_position_embeddings = 2048
+
+
+@pytest.mark.parametrize("decode_rows", [1, 2])
+def test_cancel_ends_a_request_under_way_at_its_next_step(tiny, tokenizer, decode_rows):
+    model = LocalChatModel.from_model(tiny, tokenizer, constrained=False, decode_rows=decode_rows)
+    steps, forward = [], tiny.forward
+
+    def slow_forward(*args, **kwargs):
+        steps.append(1)
+        time.sleep(0.02)
+        return forward(*args, **kwargs)
+
+    tiny.forward = slow_forward
+    result = {}
+
+    def ask():
+        try:
+            model.generate({"messages": [{"role": "user", "content": "hello " * 20}], "max_tokens": 400,
+                            "temperature": 1.0})
+        except HTTPError as e:
+            result["status"] = e.status
+
+    try:
+        t = threading.Thread(target=ask)
+        t.start()
+        while len(steps) < 3:
+            time.sleep(0.01)
+        model.cancel()
+        t.join(10)
+    finally:
+        del tiny.forward
+    assert result == {"status": 503} and len(steps) < 100 and model.kv.reserved == 0
+
+
+def test_a_runs_identity_holds_the_kernel_and_not_the_memory_bound():
+    from ark.build import spec
+    from ark.runs.identity import identity, identity_hash
+    from tests.conftest import compose_cfg
+
+    def ident(*overrides):
+        return identity(spec(compose_cfg(["backbone=local_smollm2", "backbone.local.dtype=float32", *overrides])),
+                        "evaluate")
+
+    local = ident()["backbone"]["local"]
+    assert "kv_memory_mb" not in local and local["linear"] == "onednn"
+    assert identity_hash(ident("backbone.local.kv_memory_mb=512")) == identity_hash(ident())
+    assert ident("backbone.local.linear=torch")["backbone"]["local"]["linear"] == "torch"
+    with pytest.raises(Exception, match="backbone.local.linear must be one of onednn, torch"):
+        ident("backbone.local.linear=mkl")
