@@ -166,7 +166,7 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     cfg = compose_cfg(tiny_runs)
     out = report.run(cfg)
     tables, figures = Path(cfg.report.tables), Path(cfg.report.figures)
-    for name in [f"table{i}" for i in range(1, 11)] + ["stark_table1", "stark_table2", "stark_table5"]:
+    for name in [f"table{i}" for i in range(1, 11)] + ["table5_behaviour", "stark_table1", "stark_table2", "stark_table5"]:
         assert (tables / f"{name}.md").read_text().startswith("**") and (tables / f"{name}.csv").exists(), name
     assert sorted(out["figures"]) == ["figure2_hit1.png", "figure2_latency.png", "figure2_recall20.png",
                                       "figure3_tool_use_by_query_type.png", "figure5_neighborhood_calls.png"]
@@ -292,3 +292,33 @@ def test_the_report_settings_are_typed_and_check_themselves():
                           ("+report.tabels=x", "tabels"), ("report.graph_of={a: 1}", "report.graph_of")):
         with pytest.raises(UserError, match=key):
             report_settings(resolved(compose_cfg([override]).report))
+
+
+def test_the_behaviour_table_reads_what_each_trajectory_did_and_no_gold(tmp_path):
+    """Table 5's companion: global searches, neighborhood calls by their node_type filter, steps and the first
+    answer's node type, per trajectory, from its messages and answer alone."""
+    from ark.report.tables.tool_use import behaviour_rows, neighborhood_types
+
+    def call(name: str, **args) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+    observation = {"role": "tool", "tool_call_id": "c", "content": "..."}
+    explorer = {"agent": 0, "answer": [7, 3], "steps": 4, "tool_calls": {"search_in_graph": 1},
+                "messages": [{}, {}, call("search_in_graph", query="x"), observation,
+                             call("search_in_neighborhood", node_index=1, node_type="gene/protein"), observation,
+                             call("search_in_neighborhood", node_index=2, node_type=["disease", "gene/protein"]),
+                             observation, call("search_in_neighborhood", node_index=2), observation]}
+    quitter = {"agent": 0, "answer": [], "steps": 1, "tool_calls": {}, "messages": [{}, {}, call("finish")]}
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "records.jsonl").write_text("".join(json.dumps({"id": i, "query": "q", "ranking": [], "agents": [a]}) + "\n"
+                                             for i, a in (("q1", explorer), ("q2", quitter))))
+    (d / "config.yaml").write_text("{}")
+    run = RunData(d, {}, {}, {})
+    types = {7: "gene/protein", 3: "disease"}
+    rows = behaviour_rows(run, types.__getitem__)
+    assert rows == [{"query": "q1", "global_calls": 1, "neighborhood": ["gene/protein", "disease+gene/protein", "any"],
+                     "steps": 4, "first_answer": "gene/protein"},
+                    {"query": "q2", "global_calls": 0, "neighborhood": [], "steps": 1, "first_answer": None}]
+    assert neighborhood_types("not json") == "any" and neighborhood_types({"node_type": []}) == "any"

@@ -10,9 +10,10 @@ import numpy as np
 
 from ark.eval.trajectories import run_statistics
 from ark.report.intervals import METHOD
-from ark.report.runs import experiment_spec, experiment_runs, row_settings, table_rows
+from ark.report.runs import experiment_spec, experiment_runs, row_settings, run_graph, table_rows
 from ark.report.tables.cells import estimate, paired_difference, where
 from ark.report.tables.table import LABEL, METRICS, Table, pct
+from ark.report.tables.tool_use import behaviour_rows, trajectory_share
 
 if TYPE_CHECKING:
     from ark.report.runs import RunData
@@ -137,4 +138,46 @@ def table5_paired(runs, on: dict[str, str]) -> Table:
                    len({units[i] for i in common}) or None], [a, b], label=f"{q} / {labels[first]} - {labels[second]}")
             used += [(q, a), (q, b)]
     t.note = f"{where([('', {q: r}) for q, r in used])} {t.note}"
+    return t
+
+
+GENE, DISEASE = "gene/protein", "disease"  # BioKG's node types that the case reports' two question types ask for
+
+
+def table5_behaviour(runs, distill_dir: Path, on: dict[str, str]) -> Table:
+    """Table 5's agent rows (teacher, base, students) by what they did, each on the most queries it ran: global
+    searches and neighborhood calls by their ``node_type`` filter a question, the share of questions with a
+    gene/protein neighborhood call, steps, and the node type of the first answer. Read from the trajectories
+    alone, never the gold."""
+
+    t = Table("table5_behaviour", "Table 5, behaviour: what the teacher, the base model and each student did on "
+                                  "the same questions",
+              ["query set", "method", "n", "global searches", "neighborhood calls", f"of them {GENE}",
+               f"of them {DISEASE}", f"{GENE} neighborhood call %", "steps", f"first answer a {DISEASE} %",
+               f"first answer a {GENE} %", "no answer %"],
+              note="Means a question (one agent each) for the counts; shares of the questions (x100) with their "
+                   f"intervals ({METHOD}). A neighborhood call is counted by its node_type filter (a call with "
+                   "several types counts under each; without one it is in neither column). From the "
+                   "trajectories alone: no gold is read.", keys=2)
+    largest: dict[tuple[str, str], dict] = {}
+    for r in distillation_rows(runs, distill_dir, on):
+        if r["run_data"].config["stage"] != "baseline":  # BM25: one global search, no agent
+            largest[r["queries"], r["method"]] = r  # rows come by n, ascending: the last is the largest
+    used = []
+    for (q, method), r in largest.items():
+        run = r["run_data"]
+        graph = run_graph(run.config, run.paths)
+        ids = set(r["ids"])
+        rows = [x for x in behaviour_rows(run, graph.type_name) if x["query"] in ids]
+        units = run.units()
+        mean = lambda key: round(sum(key(x) for x in rows) / len(rows), 2) if rows else None  # noqa: E731
+        of_type = lambda x, name: sum(name in label.split("+") for label in x["neighborhood"])  # noqa: E731
+        t.add([q, method, len(ids), mean(lambda x: x["global_calls"]), mean(lambda x: len(x["neighborhood"])),
+               mean(lambda x: of_type(x, GENE)), mean(lambda x: of_type(x, DISEASE)),
+               trajectory_share(rows, lambda x: of_type(x, GENE) > 0, units), mean(lambda x: x["steps"]),
+               trajectory_share(rows, lambda x: x["first_answer"] == DISEASE, units),
+               trajectory_share(rows, lambda x: x["first_answer"] == GENE, units),
+               trajectory_share(rows, lambda x: x["first_answer"] is None, units)], [run], label=f"{q} / {method}")
+        used.append((q, run))
+    t.note = f"{where([('', {q: run}) for q, run in used])} {t.note}"
     return t

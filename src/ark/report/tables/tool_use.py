@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import json
 from dataclasses import replace
 
 from ark.eval.metrics import score_query
@@ -34,6 +35,32 @@ def trajectory_rows(run: RunData) -> list[dict]:
     return rows
 
 
+def neighborhood_types(arguments) -> str:
+    """The ``node_type`` filter of a neighborhood call as one label: its types joined by "+", "any" without one."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return "any"
+    types = args.get("node_type") if isinstance(args, dict) else None
+    types = [types] if isinstance(types, str) else [str(t) for t in types or []]
+    return "+".join(sorted(types)) or "any"
+
+
+def behaviour_rows(run: RunData, type_name) -> list[dict]:
+    """Per agent trajectory of ``run``, what it did, read from its messages and answer alone (no gold): global
+    searches, neighborhood calls by their ``node_type`` filter, steps, and the node type of its first answer
+    (``type_name``: node index -> type; None without an answer)."""
+    rows = []
+    for r in run.records:
+        for a in r.agents:
+            types = [neighborhood_types(c["function"].get("arguments")) for _, calls, _ in steps(a.messages)
+                     for c in calls if c["function"]["name"] == "search_in_neighborhood"]
+            rows.append({"query": r.id, "global_calls": a.tool_calls.get("search_in_graph", 0),
+                         "neighborhood": types, "steps": a.steps,
+                         "first_answer": type_name(a.answer[0]) if a.answer else None})
+    return rows
+
+
 TOOL_USE = {"only global search %": lambda x: x["global_calls"] and not x["neighborhood_calls"],
             "both tools %": lambda x: x["global_calls"] and x["neighborhood_calls"],
             "neither or neighborhood only %": lambda x: not x["global_calls"]}
@@ -50,8 +77,8 @@ def table9(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
     for which, keep in (("all", lambda x: True), ("successful", lambda x: x["hit@5"] > 0)):
         for q, run in found.items():
             rows = [x for x in trajectory_rows(run) if keep(x)]
-            t.add([which, q, len(rows), *[_share(rows, test, run.units()) for test in TOOL_USE.values()]], [run],
-                  label=f"{which} / {q}")
+            t.add([which, q, len(rows), *[trajectory_share(rows, test, run.units()) for test in TOOL_USE.values()]],
+                  [run], label=f"{which} / {q}")
     return t
 
 
@@ -70,11 +97,12 @@ def table10(runs, graphs: dict[str, str], ark_experiment: str) -> Table:
         good = [x for x in rows if x["hit@5"] > 0]
         reanchored = lambda x: x["reanchored"]  # noqa: E731
         units = run.units()
-        t.add([q, len(rows), _share(rows, reanchored, units), len(good), _share(good, reanchored, units)], [run])
+        t.add([q, len(rows), trajectory_share(rows, reanchored, units), len(good),
+               trajectory_share(good, reanchored, units)], [run])
     return t
 
 
-def _share(rows: list[dict], test, units: dict[str, str]) -> Estimate | None:
+def trajectory_share(rows: list[dict], test, units: dict[str, str]) -> Estimate | None:
     """The share (x100) of the trajectories ``rows`` that pass ``test``, with its interval (the trajectories of one
     query, and the queries of one unit, resampled together)."""
     if not rows:
