@@ -398,3 +398,38 @@ def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, 
         cfg = compose_cfg(overrides + ["distill=smoke", f"distill.teacher={run_dir}", "distill.budgets={s: 1}",
                                        "distill.scheduler=cosine", f"distill.out={tmp_path}/c"])
         distill.run(cfg, None, tokenizer)
+
+
+def test_the_validation_split_holds_out_a_publications_cases_together(monkeypatch):
+    """Case reports of one publication share a family and a text: the held-out part is drawn by publication, any
+    other query by its id; the units come from the query files the teacher runs name, not from their gold."""
+    import ark.report.runs as runs
+    from ark.data.queries import split_of
+    from ark.stages.distill import held_out_units
+
+    queries = {"phenopackets": [{"id": f"c{i}", "query": "q", "meta": {"pmid": f"p{i // 4}"}} for i in range(40)],
+               "synthetic": [{"id": f"s{i}", "query": "q"} for i in range(5)]}
+    seen = []
+
+    def read(config, paths, limit=True):
+        seen.append((config["queries"]["name"], paths, limit))
+        return queries[config["queries"]["name"]]
+
+    monkeypatch.setattr(runs, "queries_of_run", read)
+    unit = held_out_units([{"queries": {"name": "phenopackets"}}, {"queries": {"name": "synthetic"}}], "/d")
+    assert seen == [("phenopackets", ("paths.data=/d",), False), ("synthetic", ("paths.data=/d",), False)]
+    assert unit["c5"] == "p1" and unit["s3"] == "s3"
+    part = {i: split_of(u, (0.5, 0.5, 0.0)) for i, u in unit.items()}
+    assert all(part[f"c{i}"] == part[f"c{i // 4 * 4}"] for i in range(40))  # a publication's cases together
+    assert {part[f"c{i}"] for i in range(40)} == {"train", "val"}
+
+
+def test_a_querys_repeated_trajectory_is_one_sample_with_distinct():
+    from ark.distill.sft import distinct
+
+    a, b = {"id": "q1", "input_ids": [1, 2, 3]}, {"id": "q1", "input_ids": [1, 2, 4]}
+    same_tokens_other_query = {"id": "q2", "input_ids": [1, 2, 3]}
+    assert distinct([a, dict(a), b, same_tokens_other_query, dict(b)]) == [a, b, same_tokens_other_query]
+    assert recipe(["distill=embedded"]).distinct is False and recipe(["distill=qwen3-8b"]).distinct is False
+    with pytest.raises(Exception, match="distill.distinct"):
+        recipe(["distill=smoke", "distill.distinct=maybe"])

@@ -54,6 +54,7 @@ class DistillSettings:
     logging_steps: int
     eval_steps: int
     val_fraction: float
+    distinct: bool  # a query's trajectories that render to the same tokens: one sample, not several
     lora: LoraSettings
     teacher: str | list | None
     budgets: dict | None
@@ -71,7 +72,7 @@ class DistillSettings:
         check_number("distill.warmup", self.warmup)
         for key in ("batch_size", "grad_accum", "checkpoint_every", "max_tokens", "logging_steps", "eval_steps"):
             check_int(f"distill.{key}", getattr(self, key))
-        for key in ("gradient_checkpointing", "bf16", "liger", "pack"):
+        for key in ("gradient_checkpointing", "bf16", "liger", "pack", "distinct"):
             check_bool(f"distill.{key}", getattr(self, key))
         check_number("distill.val_fraction", self.val_fraction, most=0.5)
         teachers = [self.teacher] if isinstance(self.teacher, str) else self.teacher

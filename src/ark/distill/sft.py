@@ -68,6 +68,18 @@ def sft_samples(records: list[QueryRecord], tools: list[dict], tokenizer, max_to
                 yield {"id": record.id, "agent": agent.agent, **sample}
 
 
+def distinct(samples: list[dict]) -> list[dict]:
+    """``samples`` less those whose query already has a sample of the same tokens (the sampled teacher repeated
+    itself), in order."""
+    seen, out = set(), []
+    for s in samples:
+        key = (s["id"], tuple(s["input_ids"]))
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+    return out
+
+
 def pack_bins(lengths: list[int], capacity: int) -> list[list[int]]:
     """Best-fit decreasing: indices of ``lengths`` grouped into bins of at most ``capacity`` tokens each."""
     if any(n > capacity for n in lengths):

@@ -2,8 +2,8 @@
 
 ``python -m ark.stages.distill distill=<recipe> distill.teacher=<run root or run dir, or a [list] of them> [distill.out=<dir>]``
 reads the teacher run's ``records.jsonl`` (no gold in it), renders every trajectory as the model reads it at
-inference (``ark.distill.sft``), holds out ``distill.val_fraction`` of the queries (by id) for the validation
-loss, trains LoRA (``ark.distill.train``) and writes the adapter with ``curve.json``, ``report.json`` and a
+inference (``ark.distill.sft``), holds out ``distill.val_fraction`` of the queries (by publication for case reports,
+else by id) for the validation loss, trains LoRA (``ark.distill.train``) and writes the adapter with ``curve.json``, ``report.json`` and a
 model card ``README.md``. The adapter is then a backbone: ``backbone=student backbone.local.adapter=<dir>``.
 
 ``distill.budgets`` ({name: k}): the students of smaller teacher budgets from the same training. The samples go
@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from ark import build
 from ark.config import resolved
-from ark.data.queries import split_of
+from ark.data.queries import publication_of, split_of
 from ark.distill.settings import distill_settings
 from ark.errors import UserError
 from ark.io import atomic_dir, write_json
@@ -50,6 +50,16 @@ def teacher_run(path: str | Path) -> Path:
     return runs[0]
 
 
+def held_out_units(configs: list[dict], data_dir: str) -> dict[str, str]:
+    """{query id: what the validation split holds out together} for the teacher runs' queries: a case report's
+    publication (its cases share a patient family and a text; one in training and another in validation would
+    leak), any other query itself. Read from the query files the runs name, never their gold."""
+    from ark.report.runs import queries_of_run
+
+    return {q["id"]: publication_of(q) for config in configs
+            for q in queries_of_run(config, (f"paths.data={data_dir}",), limit=False)}
+
+
 def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     """``model``/``tokenizer`` default to the embedded SmolLM2 (tests pass a tiny one)."""
     recipe = resolved(cfg.distill)
@@ -64,7 +74,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
                             f"those of {cfg.dataset.name} (a leave-publication-out cut of it would be)")
     budgets = dict(d.budgets or {})
     tools = build.toolbox(spec).schemas()  # the tool set the student will be served with
-    from ark.distill.sft import sft_samples
+    from ark.distill.sft import distinct, sft_samples
     from ark.distill.train import load_base, train_lora
 
     if model is None:
@@ -74,11 +84,16 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
     for i, (_, recs) in enumerate(runs):  # records are in query order
         place = {r.id: p for p, r in enumerate(recs)}
         samples += [{**s, "place": (place[s["id"]], i)} for s in sft_samples(recs, tools, tokenizer, d.max_tokens)]
+    collected = len(samples)
+    if d.distinct:
+        samples = distinct(samples)
     if budgets:
         samples.sort(key=lambda s: s["place"])  # stable: a query's agents stay in order
     fractions = (1 - d.val_fraction, d.val_fraction, 0.0)
-    train = [s for s in samples if split_of(s["id"], fractions) == "train"]
-    val = [s for s in samples if split_of(s["id"], fractions) == "val"]
+    unit = held_out_units([config for config, _ in runs], cfg.paths.data) if d.val_fraction else {}
+    part = {s["id"]: split_of(unit.get(s["id"], s["id"]), fractions) for s in samples}
+    train = [s for s in samples if part[s["id"]] == "train"]
+    val = [s for s in samples if part[s["id"]] == "val"]
     if not train:
         n_records = sum(len(recs) for _, recs in runs)
         raise UserError(f"no training samples from {d.teacher} ({len(samples)} samples, {n_records} records)")
@@ -95,6 +110,7 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed,
                             {tmps[name]: updates[name] for name in budgets} or None)
         report["seconds"] = round(time.perf_counter() - start, 1)
+        report["repeated_trajectories"] = collected - len(samples)  # dropped with distill.distinct
         parts = report.pop("snapshots", {})
         cards = {tmp: {"teachers": teacher_cards, "recipe": recipe, "report": report}}
         for name, k in budgets.items():
