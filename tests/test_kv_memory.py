@@ -94,6 +94,39 @@ def test_the_budget_makes_a_request_wait_until_the_tokens_fit():
     assert budget.reserved == 0
 
 
+def test_a_large_request_is_not_overtaken_by_smaller_ones_that_come_after_it():
+    budget = KVBudget(160)  # requests may reserve 120
+    order = []
+
+    def ask(name: str, n: int, hold: float):
+        with budget.reserve(n):
+            order.append(name)
+            time.sleep(hold)
+
+    first = threading.Thread(target=ask, args=("first", 60, 0.3))
+    first.start()
+    time.sleep(0.05)
+    large = threading.Thread(target=ask, args=("large", 120, 0))
+    large.start()
+    time.sleep(0.05)
+    small = threading.Thread(target=ask, args=("small", 40, 0))  # it fits beside the first, but comes after large
+    small.start()
+    for t in (first, large, small):
+        t.join(5)
+    assert order == ["first", "large", "small"] and budget.reserved == 0
+
+
+def test_kept_prompts_and_requests_in_flight_stay_under_the_bound_together():
+    budget = KVBudget(64)
+    pc = PrefixCache(lambda: budget.tokens - budget.reserved)
+    with budget.reserve(40):  # a request in flight: the kept prompts get 24 tokens, whole chunks of 4
+        for q in range(5):
+            ids = [100 + q] * 8
+            pc.put(ids, cache_of(ids))
+            assert pc.tokens + budget.reserved <= budget.tokens
+    assert pc.tokens == 24
+
+
 def test_a_stopping_budget_turns_waits_into_errors():
     budget = KVBudget(14)  # requests may reserve 10
     errors = []

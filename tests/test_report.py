@@ -308,7 +308,8 @@ def test_the_behaviour_table_reads_what_each_trajectory_did_and_no_gold(tmp_path
                 "messages": [{}, {}, call("search_in_graph", query="x"), observation,
                              call("search_in_neighborhood", node_index=1, node_type="gene/protein"), observation,
                              call("search_in_neighborhood", node_index=2, node_type=["disease", "gene/protein"]),
-                             observation, call("search_in_neighborhood", node_index=2), observation]}
+                             observation, call("search_in_neighborhood", node_index=2), observation,
+                             call("search_in_neighborhood", node_index=9, node_type="disease")]}  # never ran
     quitter = {"agent": 0, "answer": [], "steps": 1, "tool_calls": {}, "messages": [{}, {}, call("finish")]}
     d = tmp_path / "run"
     d.mkdir()
@@ -322,3 +323,4 @@ def test_the_behaviour_table_reads_what_each_trajectory_did_and_no_gold(tmp_path
                      "steps": 4, "first_answer": "gene/protein"},
                     {"query": "q2", "global_calls": 0, "neighborhood": [], "steps": 1, "first_answer": None}]
     assert neighborhood_types("not json") == "any" and neighborhood_types({"node_type": []}) == "any"
+    assert neighborhood_types({"node_type": 5}) == "any" and neighborhood_types({"node_type": ["drug", 5]}) == "drug"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import collections
 import contextlib
 import ctypes
 import json
@@ -80,12 +81,12 @@ class PrefixCache:
     """The key/values of recent prompts as a tree of ``PREFILL_CHUNK``-token chunks: a chunk is stored once
     however many prompts start with it (the agents' shared system prompt and tool schemas, a conversation's
     earlier turns). An agent's next step sends the conversation so far again: its prompt starts with chunks the
-    tree holds, and only the rest is prefilled. Bounded by ``max_tokens`` (SmolLM2: 23 KB a token in bfloat16,
-    46 KB in float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls
+    tree holds, and only the rest is prefilled. Bounded by ``max_tokens`` (a number, or a function read at every
+    ``put``; SmolLM2: 23 KB a token in bfloat16, 46 KB in float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls
     it under its model lock."""
 
-    def __init__(self, max_tokens: int = 65536):
-        self.max_tokens = max_tokens
+    def __init__(self, max_tokens: int | Callable[[], int] = 65536):
+        self.bound = max_tokens if callable(max_tokens) else (lambda: max_tokens)  # read at every put
         self.root = Chunk(None, (), [], 0)
         self.chunks = 0
         self._clock = 0
@@ -130,7 +131,7 @@ class PrefixCache:
                 self.chunks += 1
             child.used = self._tick()
             node = child
-        self.shrink(self.max_tokens)
+        self.shrink(self.bound())
 
     def shrink(self, max_tokens: int) -> None:
         """Drop least recently used leaf chunks until the tree holds at most ``max_tokens``."""
@@ -155,8 +156,8 @@ IN_FLIGHT_SHARE = 0.75
 
 
 class KVBudget:
-    """The key/value tokens of the requests being computed, bounded: ``reserve(n)`` waits until ``n`` more fit
-    under ``limit`` (a request reserves its prompt plus its reply cap), so that memory is bounded by
+    """The key/value tokens of the requests being computed, bounded: ``reserve(n)`` waits, in arrival order, until
+    ``n`` more fit under ``limit`` (a request reserves its prompt plus its reply cap), so that memory is bounded by
     configuration, not by traffic; ``tokens - reserved`` is what the kept prompts may hold. ``stop()`` turns every
     wait into an error."""
 
@@ -164,12 +165,20 @@ class KVBudget:
         self.tokens, self.reserved = tokens, 0
         self.limit = int(tokens * IN_FLIGHT_SHARE)
         self.cond = threading.Condition()
-        self.stopping = False
+        self.waiting: collections.deque = collections.deque()  # in arrival order: a large request is not overtaken
+        self.stopping = False                                   # for ever by small ones that fit before it
 
     @contextlib.contextmanager
     def reserve(self, n: int):
         with self.cond:
-            self.cond.wait_for(lambda: self.stopping or self.reserved + n <= self.limit)
+            ticket = object()
+            self.waiting.append(ticket)
+            try:
+                self.cond.wait_for(lambda: self.stopping or (self.waiting[0] is ticket
+                                                             and self.reserved + n <= self.limit))
+            finally:
+                self.waiting.remove(ticket)
+                self.cond.notify_all()
             if self.stopping:
                 raise HTTPError(503, "the server is stopping")
             self.reserved += n
@@ -283,8 +292,8 @@ class LocalChatModel:
             raise ValueError(f"kv_memory_mb {kv_memory_mb} lets a request hold {self.kv.limit} positions of "
                              f"key/values; the context window is {self.context_window} ({least:.0f} MB at least, "
                              f"{str(self.model.dtype).removeprefix('torch.')})")
-        budget = self.kv.tokens
-        self.prefix_cache = PrefixCache(budget) if prefix_cache else None
+        # the kept prompts get what the requests in flight leave, read whenever a prompt is kept
+        self.prefix_cache = PrefixCache(lambda: self.kv.tokens - self.kv.reserved) if prefix_cache else None
         self._lock = threading.Lock()
         self._calls = 0
         # decode_rows > 1: the lock is held per forward pass, not per request
@@ -330,7 +339,7 @@ class LocalChatModel:
             prompt.extend(ids)
             with locked:
                 if self.prefix_cache is not None:  # the kept prompts get what the requests in flight leave
-                    self.prefix_cache.shrink(self.kv.tokens - self.kv.reserved)
+                    self.prefix_cache.shrink(self.prefix_cache.bound())
                 cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
                 for start in range(done, len(ids), PREFILL_CHUNK):
                     if self.kv.stopping:

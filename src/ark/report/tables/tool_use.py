@@ -42,20 +42,23 @@ def neighborhood_types(arguments) -> str:
     except ValueError:
         return "any"
     types = args.get("node_type") if isinstance(args, dict) else None
-    types = [types] if isinstance(types, str) else [str(t) for t in types or []]
+    types = [types] if isinstance(types, str) else [t for t in types if isinstance(t, str)] \
+        if isinstance(types, list) else []
     return "+".join(sorted(types)) or "any"
 
 
 def behaviour_rows(run: RunData, type_name) -> list[dict]:
     """Per agent trajectory of ``run``, what it did, read from its messages and answer alone (no gold): global
     searches, neighborhood calls by their ``node_type`` filter, steps, and the node type of its first answer
-    (``type_name``: node index -> type; None without an answer)."""
+    (``type_name``: node index -> type; None without an answer). A call counts where it ran (an observation
+    answered it): a reply's calls after the one that finished the episode did not."""
     rows = []
     for r in run.records:
         for a in r.agents:
-            types = [neighborhood_types(c["function"].get("arguments")) for _, calls, _ in steps(a.messages)
-                     for c in calls if c["function"]["name"] == "search_in_neighborhood"]
-            rows.append({"query": r.id, "global_calls": a.tool_calls.get("search_in_graph", 0),
+            ran = [c for _, calls, observations in steps(a.messages) for c in calls[:len(observations)]]
+            types = [neighborhood_types(c["function"].get("arguments")) for c in ran
+                     if c["function"]["name"] == "search_in_neighborhood"]
+            rows.append({"query": r.id, "global_calls": sum(c["function"]["name"] == "search_in_graph" for c in ran),
                          "neighborhood": types, "steps": a.steps,
                          "first_answer": type_name(a.answer[0]) if a.answer else None})
     return rows
