@@ -30,7 +30,6 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -52,19 +51,6 @@ DEFAULT_MAX_TOKENS = 512
 # split elsewhere differs in the last bits, which changes a sampled token now and then). 256: prefill in chunks of
 # 128 ran at half the speed of a whole prompt in bfloat16 with AMX, in chunks of 256 at 70 %, in float32 at 97 %.
 PREFILL_CHUNK = 256
-
-
-def common_prefix(a, b) -> int:
-    """The length of the longest common prefix of two token id sequences."""
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
-
-
-def first_positions(cache: DynamicCache, n: int) -> DynamicCache:
-    """A cache of the first ``n`` positions of ``cache``: views, valid while ``cache`` grows (a forward pass
-    concatenates into new tensors, a batched step appends into new buffers)."""
-    return DynamicCache([(k[..., :n, :], v[..., :n, :]) for k, v, *_ in cache])
 
 
 class Chunk:

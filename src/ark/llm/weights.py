@@ -112,18 +112,6 @@ class PackedLinear(torch.nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def resolve_linear(linear: str, dtype) -> str:
-    """The kernel ``linear`` computes with on this machine in ``dtype``: "onednn" only where torch has oneDNN and
-    oneDNN reorders that dtype (bfloat16 needs AVX512-BF16 or AVX-NE-CONVERT), else "torch"."""
-    if linear != "onednn" or not torch.backends.mkldnn.is_available():
-        return "torch"
-    try:
-        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=torch_dtype(dtype)), 8)
-    except RuntimeError:
-        return "torch"
-    return "onednn"
-
-
 def pack_linears(model, rows: int = 8) -> str:
     """Replace every ``Linear`` of an inference model by a ``PackedLinear`` (oneDNN, weights reordered for
     ``rows``-row products) and return the kernel now used: "onednn", or "torch" where torch has no oneDNN. Torch's
@@ -131,8 +119,12 @@ def pack_linears(model, rows: int = 8) -> str:
     EPYC, oneDNN's prepacked ones 12-14, and prefill's 256-row ones at 52-76 GFLOP/s against 69-80
     (benchmarks/README.md, *linear kernels*). The kernel changes the last bits of a product: it is part of the
     model's identity."""
-    if resolve_linear("onednn", model.dtype) == "torch" or any("lora_" in name for name, _ in model.named_modules()):
+    if not torch.backends.mkldnn.is_available() or any("lora_" in name for name, _ in model.named_modules()):
         return "torch"  # an adapter left unmerged computes through peft's layers, which read their weights
+    try:  # oneDNN reorders bfloat16 only where the CPU computes it (AVX512-BF16, AVX-NE-CONVERT)
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(8, 8, dtype=model.dtype), rows)
+    except RuntimeError:
+        return "torch"
     for _, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if type(child) is torch.nn.Linear:
