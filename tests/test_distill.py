@@ -433,3 +433,64 @@ def test_a_querys_repeated_trajectory_is_one_sample_with_distinct():
     assert recipe(["distill=embedded"]).distinct is False and recipe(["distill=qwen3-8b"]).distinct is False
     with pytest.raises(Exception, match="distill.distinct"):
         recipe(["distill=smoke", "distill.distinct=maybe"])
+
+
+def test_a_shared_prefix_is_cut_before_any_labelled_token():
+    from ark.distill.sft import shared_prefix
+
+    a = {"input_ids": [1, 2, 3, 4, 5, 6], "labels": [IGNORE] * 4 + [5, 6]}
+    b = {"input_ids": [1, 2, 3, 9, 8], "labels": [IGNORE] * 3 + [9, 8]}
+    group = shared_prefix([a, b])
+    assert group["prefix_ids"] == [1, 2]  # common 3, b's first label at 3: its predicting position 2 stays a suffix's
+    assert [s["input_ids"] for s in group["suffixes"]] == [[3, 4, 5, 6], [3, 9, 8]]
+    assert [s["labels"] for s in group["suffixes"]] == [[IGNORE, IGNORE, 5, 6], [IGNORE, 9, 8]]
+    assert shared_prefix([a, {"input_ids": [7, 2], "labels": [IGNORE, 2]}])["prefix_ids"] == []
+
+
+@pytest.mark.parametrize("n_items", [None, 50])
+def test_a_shared_prefix_batch_has_the_loss_and_gradients_of_the_whole_batch(tokenizer, tmp_path, n_items,
+                                                                              monkeypatch):
+    """distill.share_prefix: the prefix run once, the suffixes on its keys and values one by one (prefix_sdpa, in
+    query blocks of 4 here), gives the loss and LoRA gradients of the same samples run whole in one padded batch
+    (LabelledLossTrainer), in training and in validation."""
+    import torch
+
+    from ark.distill import attention
+    from ark.distill.train import shared_prefix_collator, trainer
+
+    monkeypatch.setattr(attention, "PREFIX_BLOCK", 4)
+
+    gen = torch.Generator().manual_seed(0)
+    shared = torch.randint(3, 512, (20,), generator=gen).tolist()
+    tails = [torch.randint(3, 512, (n,), generator=gen).tolist() for n in (25, 14, 31)]
+    samples = [{"input_ids": shared + t, "labels": [IGNORE] * (20 + k) + t[k:]} for t, k in zip(tails, (4, 2, 9))]
+    samples[1]["labels"][24:28] = [IGNORE] * 4  # a gap between two replies
+    ts = {}
+    for share in (False, True):
+        attn = attention.register(attention.PREFIX_SDPA) if share else "sdpa"
+        d = recipe(["distill=smoke", f"distill.share_prefix={str(share).lower()}", "distill.batch_size=3",
+                    f"distill.attn={attn}"])
+        ts[share] = trainer(tiny_qwen3(attn), tokenizer, samples, samples, d, tmp_path / str(share), seed=0)
+    with torch.no_grad():  # the same nonzero adapter in both, so that its gradients are not all zero
+        for (name, w), (_, w2) in zip(ts[False].model.named_parameters(), ts[True].model.named_parameters()):
+            if "lora_B" in name:
+                w.normal_(0, 0.02, generator=gen)
+                w2.copy_(w)
+    results = {}
+    for share, t in ts.items():
+        batch = t.data_collator([t.train_dataset[i] for i in range(3)])
+        assert ("prefix_ids" in batch) == share
+        t.create_optimizer_and_scheduler(num_training_steps=1)
+        t.current_gradient_accumulation_steps = 1  # what the training loop sets
+        t.model.zero_grad()
+        loss = t.training_step(t.model, batch, n_items)
+        grads = [w.grad.clone() for w in t.model.parameters() if w.requires_grad]
+        t.model.eval()
+        with torch.no_grad():
+            val = t.compute_loss(t.model, t._prepare_inputs(batch), num_items_in_batch=n_items)
+        results[share] = (float(loss), grads, float(val))
+    assert shared_prefix_collator(samples[:3])["prefix_ids"].shape[1] == 20  # the tails differ at once
+    (loss, grads, val), (loss2, grads2, val2) = results[False], results[True]
+    assert abs(loss - loss2) < 1e-5 and abs(val - val2) < 1e-5 and loss > 0
+    assert all(torch.allclose(g, g2, atol=1e-6, rtol=1e-4) for g, g2 in zip(grads, grads2))
+    assert sum(float(g.abs().sum()) for g in grads) > 0

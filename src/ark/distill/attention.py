@@ -10,6 +10,8 @@ the sample boundaries as ``cu_seq_lens_q``. Two implementations, registered with
   every layer; blocks across samples are skipped, not computed and masked. Compiled on a GPU; on a CPU torch runs it
   eagerly and has no backward for it (torch 2.13), so it is a GPU path (its CPU test checks the forward only).
 
+A third, ``prefix_sdpa``, serves ``distill.share_prefix`` (a suffix attending to a shared prefix's keys and values).
+
 transformers' own SDPA path would build a dense row x row mask instead, which rules out the fast kernels (measured in
 ``benchmarks/distill_throughput.py``). Without boundaries (generation, an unpacked row) both are plain causal SDPA:
 use them for padding-free rows only.
@@ -22,7 +24,9 @@ import torch
 
 PACKED_SDPA = "packed_sdpa"
 PACKED_FLEX = "packed_flex"
+PREFIX_SDPA = "prefix_sdpa"
 MIN_FLEX_LENGTH = 128  # FlexAttention's block size
+PREFIX_BLOCK = 256  # query block of prefix_sdpa
 
 
 def _plain_or_bounds(query, cu_seq_lens_q):
@@ -92,7 +96,30 @@ def packed_flex_forward(module, query, key, value, attention_mask, dropout: floa
     return out[:, :, :tokens].transpose(1, 2).contiguous(), None
 
 
-PACKED = {PACKED_SDPA: packed_sdpa_forward, PACKED_FLEX: packed_flex_forward}
+def prefix_sdpa_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    """Causal attention of a suffix on the cached keys and values of a prefix (``distill.share_prefix``): the
+    suffix's queries in blocks of ``PREFIX_BLOCK``, each on the keys up to its own last one with a mask for that block
+    only, so the part of a materialized mask that is computed and thrown away is a block's triangle, not the
+    suffix's (one unpadded sequence; its prefix, keys equal to queries, runs as plain causal SDPA)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kwargs.pop("is_causal", None)
+    q_len, k_len = query.shape[2], key.shape[2]
+    if attention_mask is not None or query.shape[0] != 1:
+        raise ValueError(f"{PREFIX_SDPA} takes one unpadded sequence")
+    if q_len == k_len:
+        return sdpa_attention_forward(module, query, key, value, None, dropout, scaling, is_causal=True, **kwargs)
+    offset, parts = k_len - q_len, []
+    for s in range(0, q_len, PREFIX_BLOCK):
+        e = min(s + PREFIX_BLOCK, q_len)
+        # query offset + s + i attends the keys up to offset + s + i
+        mask = torch.ones(e - s, offset + e, dtype=torch.bool, device=query.device).tril(offset + s)
+        parts.append(sdpa_attention_forward(module, query[:, :, s:e], key[:, :, :offset + e], value[:, :, :offset + e],
+                                            mask[None, None], dropout, scaling, is_causal=False, **kwargs)[0])
+    return torch.cat(parts, dim=1), None
+
+
+PACKED = {PACKED_SDPA: packed_sdpa_forward, PACKED_FLEX: packed_flex_forward, PREFIX_SDPA: prefix_sdpa_forward}
 
 
 def register(name: str = PACKED_SDPA) -> str:

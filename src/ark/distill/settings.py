@@ -55,6 +55,7 @@ class DistillSettings:
     eval_steps: int
     val_fraction: float
     distinct: bool  # a query's trajectories that render to the same tokens: one sample, not several
+    share_prefix: bool  # a batch's common prefix (system prompt, tool list) computed once an update
     lora: LoraSettings
     teacher: str | list | None
     budgets: dict | None
@@ -72,8 +73,11 @@ class DistillSettings:
         check_number("distill.warmup", self.warmup)
         for key in ("batch_size", "grad_accum", "checkpoint_every", "max_tokens", "logging_steps", "eval_steps"):
             check_int(f"distill.{key}", getattr(self, key))
-        for key in ("gradient_checkpointing", "bf16", "liger", "pack", "distinct"):
+        for key in ("gradient_checkpointing", "bf16", "liger", "pack", "distinct", "share_prefix"):
             check_bool(f"distill.{key}", getattr(self, key))
+        if self.share_prefix and (self.pack or self.liger or self.attn != "prefix_sdpa"):
+            raise UserError(f"distill.share_prefix runs a batch of whole trajectories on a shared prefix: it needs "
+                            f"pack false, liger false and attn prefix_sdpa (got {self.pack}, {self.liger}, {self.attn})")
         check_number("distill.val_fraction", self.val_fraction, most=0.5)
         teachers = [self.teacher] if isinstance(self.teacher, str) else self.teacher
         if teachers is not None and not (isinstance(teachers, list) and all(isinstance(t, str) for t in teachers)):

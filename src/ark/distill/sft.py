@@ -111,3 +111,20 @@ def pack(samples: list[dict], capacity: int) -> list[dict]:
                      "labels": [t for s in members for t in s["labels"]],
                      "seq_lengths": [len(s["input_ids"]) for s in members]})
     return rows
+
+
+def shared_prefix(samples: list[dict]) -> dict:
+    """A batch of samples as the prefix they all start with and what follows it in each:
+    ``{"prefix_ids", "suffixes": [{"input_ids", "labels"}, ...]}``.
+
+    The prefix (the system prompt and tool list, and the question where the samples share it) ends at least one
+    token before the first labelled token of any sample, so each reply's first token is predicted from a suffix
+    position and no labelled token is shared: the loss over the suffixes is the loss over the whole samples.
+    """
+    ids = [s["input_ids"] for s in samples]
+    n = min(len(x) for x in ids)
+    common = next((i for i in range(n) if any(x[i] != ids[0][i] for x in ids)), n)
+    labelled = min(next((i for i, t in enumerate(s["labels"]) if t != IGNORE), len(s["labels"])) for s in samples)
+    cut = max(0, min(common, labelled - 1))
+    return {"prefix_ids": ids[0][:cut],
+            "suffixes": [{"input_ids": s["input_ids"][cut:], "labels": s["labels"][cut:]} for s in samples]}

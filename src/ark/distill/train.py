@@ -92,6 +92,7 @@ def sft_config(d: DistillSettings, out_dir: Path, seed: int, has_val: bool, sequ
         dataset_kwargs={"skip_prepare_dataset": True},  # samples are tokenized and masked already
         use_cpu=d.device == "cpu",
         save_only_model=True,
+        prediction_loss_only=d.share_prefix,  # a shared-prefix batch's validation returns its loss only
     )
 
 
@@ -108,6 +109,9 @@ def labelled_loss_trainer():
     onto the whole vocabulary on a CPU (its compact path needs Triton), and its metrics add entropy and accuracy over
     all of them. Here the model returns the logits where the next token is labelled (``logits_to_keep``), and the
     loss is transformers' causal-LM cross entropy on those: the same value, a tenth of the LM-head work.
+
+    A batch made by ``shared_prefix_collator`` (``distill.share_prefix``) runs the prefix its samples share once
+    (``shared_prefix_pass``): the same loss and gradients as the batch run whole.
     """
     import torch
     import torch.nn.functional as F
@@ -119,7 +123,9 @@ def labelled_loss_trainer():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if self.aux_loss_enabled:  # MoE router loss: trl's own path
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            mode = "train" if self.model.training else "eval"
+            if "prefix_ids" in inputs:  # validation of a shared-prefix batch (its training: training_step)
+                loss = self.shared_prefix_pass(model, inputs, num_items_in_batch, backward=False)
+                return (loss, {}) if return_outputs else loss
             labels = inputs["labels"]
             # positions p predicting a labelled token p + 1 in any row of the batch
             keep = (labels[:, 1:] != IGNORE).any(0).nonzero().flatten()
@@ -128,24 +134,105 @@ def labelled_loss_trainer():
             logits, targets = outputs.logits.float(), labels[:, keep + 1]
             mask = targets != IGNORE
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum")
-            loss = loss / (mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch)
-            if self.args.average_tokens_across_devices and num_items_in_batch is not None:
-                loss = loss * (self.accelerator.num_processes // self.get_tp_size())  # as trl: DDP averages
-
-            # trl's metrics, averaged over the labelled tokens as trl does
-            gather = lambda x: self.accelerator.gather_for_metrics(x).sum()  # noqa: E731
-            with torch.no_grad():
-                logp, n = logits[mask].log_softmax(-1), gather(mask.sum()).clamp(min=1)
-                self._metrics[mode]["entropy"].append((gather(-(logp.exp() * logp).sum()) / n).item())
-                correct = gather((logp.argmax(-1) == targets[mask]).sum())
-                self._metrics[mode]["mean_token_accuracy"].append((correct / n).item())
-            if mode == "train":  # the curve's num_tokens: every input token (padding-free: one row), as trl counts
-                seen = inputs["attention_mask"].sum() if "attention_mask" in inputs else torch.tensor(labels.numel())
-                self._total_train_tokens += gather(seen.to(labels.device)).item() // self._tp_size
-            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+            loss = loss / self.loss_norm(mask.sum().clamp(min=1), num_items_in_batch)
+            # the curve's num_tokens: every input token (padding-free: one row), as trl counts
+            seen = inputs["attention_mask"].sum() if "attention_mask" in inputs else torch.tensor(labels.numel())
+            self.note_metrics(*self.token_stats(logits[mask], targets[mask]), seen.to(labels.device))
             return (loss, outputs) if return_outputs else loss
 
+        def loss_norm(self, labelled, num_items_in_batch):
+            """What the summed loss is divided by (trl's: the batch's labelled tokens, or the accumulated ones)."""
+            if num_items_in_batch is None:
+                return labelled
+            if self.args.average_tokens_across_devices:  # as trl: DDP averages
+                return num_items_in_batch / (self.accelerator.num_processes // self.get_tp_size())
+            return num_items_in_batch
+
+        @staticmethod
+        def token_stats(logits, targets):
+            """(summed entropy, correct predictions, labelled tokens) of the labelled positions."""
+            with torch.no_grad():
+                logp = logits.log_softmax(-1)
+                return -(logp.exp() * logp).sum(), (logp.argmax(-1) == targets).sum(), torch.tensor(len(targets))
+
+        def note_metrics(self, entropy, correct, n, seen):
+            """trl's metrics, averaged over the labelled tokens as trl does."""
+            mode = "train" if self.model.training else "eval"
+            gather = lambda x: self.accelerator.gather_for_metrics(x.to(self.args.device)).sum()  # noqa: E731
+            n = gather(n).clamp(min=1)
+            self._metrics[mode]["entropy"].append((gather(entropy) / n).item())
+            self._metrics[mode]["mean_token_accuracy"].append((gather(correct) / n).item())
+            if mode == "train":
+                self._total_train_tokens += gather(seen).item() // self._tp_size
+            self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if "prefix_ids" not in inputs:
+                return super().training_step(model, inputs, num_items_in_batch)
+            model.train()
+            if callable(getattr(self.optimizer, "train", None)):
+                self.optimizer.train()
+            return self.shared_prefix_pass(model, self._prepare_inputs(inputs), num_items_in_batch, backward=True)
+
+        def shared_prefix_pass(self, model, inputs, num_items_in_batch, backward: bool):
+            """The loss of a shared-prefix batch: the prefix runs once and each suffix on its keys and values in turn.
+            With ``backward`` each suffix's gradient is taken at once (one suffix's activations alive at a time, as
+            in a batch of one), the prefix keys' and values' gradients summed over the suffixes, and the prefix's
+            own gradient taken last from that sum: the gradient of the whole batch's loss."""
+            from transformers import DynamicCache
+
+            prefix, suffixes = inputs["prefix_ids"], inputs["suffixes"]
+            labelled = sum(int((labels[:, 1:] != IGNORE).sum()) for _, labels in suffixes)
+            norm = self.loss_norm(max(labelled, 1), num_items_in_batch)
+            if backward and not (num_items_in_batch is not None and self.model_accepts_loss_kwargs):
+                norm = norm * self.current_gradient_accumulation_steps  # as Trainer.training_step scales
+            cut = prefix.shape[1]
+            kv, leaves = [], []
+            if cut:
+                with self.compute_loss_context_manager():
+                    cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+                kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+                leaves = [t.detach().requires_grad_(backward) for t in kv]
+            total = torch.zeros((), device=prefix.device)
+            stats = [torch.zeros((), device=prefix.device) for _ in range(3)]
+            for ids, labels in suffixes:
+                keep = (labels[0, 1:] != IGNORE).nonzero().flatten()
+                if not len(keep):
+                    continue
+                past = DynamicCache(ddp_cache_data=list(zip(leaves[0::2], leaves[1::2]))) if cut else None
+                positions = torch.arange(cut, cut + ids.shape[1], device=ids.device)[None]
+                with self.compute_loss_context_manager():
+                    logits = model(input_ids=ids, position_ids=positions, past_key_values=past, use_cache=bool(cut),
+                                   logits_to_keep=keep).logits.float()[0]
+                targets = labels[0, keep + 1]
+                loss = F.cross_entropy(logits, targets, reduction="sum") / norm
+                if backward:
+                    self.accelerator.backward(loss)
+                total += loss.detach()
+                stats = [a + b for a, b in zip(stats, self.token_stats(logits.detach(), targets))]
+            if backward and cut:
+                torch.autograd.backward(kv, [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+                                             for leaf in leaves])
+            seen = torch.tensor(cut * len(suffixes) + sum(ids.shape[1] for ids, _ in suffixes))
+            self.note_metrics(*stats, seen)
+            return total
+
     return LabelledLossTrainer
+
+
+def shared_prefix_collator(features: list[dict]) -> dict:
+    """A batch of tokenized samples as their shared prefix and the suffixes after it (``ark.distill.sft.shared_prefix``),
+    plus the suffixes' labels padded into one tensor for the trainer's count of labelled tokens."""
+    import torch
+
+    from ark.distill.sft import IGNORE, shared_prefix
+
+    group = shared_prefix(features)
+    tensor = lambda xs: torch.tensor([xs], dtype=torch.long)  # noqa: E731
+    suffixes = [(tensor(s["input_ids"]), tensor(s["labels"])) for s in group["suffixes"]]
+    width = max(len(s["labels"]) for s in group["suffixes"])
+    labels = torch.tensor([s["labels"] + [IGNORE] * (width - len(s["labels"])) for s in group["suffixes"]])
+    return {"prefix_ids": tensor(group["prefix_ids"]), "suffixes": suffixes, "labels": labels}
 
 
 def training_report(loss, steps: int, evals: list, train: list[dict], val: list[dict], rows: int, seconds: float,
@@ -191,7 +278,7 @@ def trainer(model, tokenizer, train: list[dict], val: list[dict], d: DistillSett
     cls = SFTTrainer if d.liger else labelled_loss_trainer()
     return cls(model=model, args=sft_config(d, out_dir, seed, bool(val), sequential), train_dataset=to_dataset(train),
                eval_dataset=to_dataset(val) if val else None, processing_class=tokenizer,
-               peft_config=lora_config(d.lora))
+               peft_config=lora_config(d.lora), data_collator=shared_prefix_collator if d.share_prefix else None)
 
 
 def train_lora(model, tokenizer, train: list[dict], val: list[dict], d: DistillSettings, out_dir: str | Path, seed: int = 0,
