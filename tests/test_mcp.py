@@ -51,22 +51,29 @@ def test_ark_mcp_serves_the_agents_read_only_tools_with_their_observations(tiny_
     assert results[3].is_error and "unknown tool" in results[3].content[0].text
 
 
-BAD_LINES = [  # (what a careless or hostile client sends, the JSON-RPC error code it gets)
-    (b'{"jsonrpc":"2.0","id":5,"method":"tools/list"', -32700),  # no closing brace
-    (b"\xff\xfe\x00garbage", -32700),
-    (b"[1,2,3]", -32600),
-    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]', -32600),  # a batch
-    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600),
-    (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600),
-    (b'{"jsonrpc":"1.0","id":3,"method":"ping"}', -32600),
+BAD_LINES = [  # (what a careless or hostile client sends, the JSON-RPC error code and the id it gets)
+    (b'{"jsonrpc":"2.0","id":5,"method":"tools/list"', -32700, None),  # no closing brace
+    (b"\xff\xfe\x00garbage", -32700, None),
+    (b"[1,2,3]", -32600, None),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]', -32600, None),  # a batch
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"1.0","id":3,"method":"ping"}', -32600, 3),
     (b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search_in_graph","arguments":{"query":'
-     + b"[" * 100_000 + b"]" * 100_000 + b"}}}", -32600),
-    (b"x" * (3 << 20), -32600),  # 3 MiB in one line: dropped as it streams
+     + b"[" * 100_000 + b"]" * 100_000 + b"}}}", -32600, None),
+    (b"x" * (3 << 20), -32600, None),  # 3 MiB in one line: dropped as it streams
+    (b'{"jsonrpc":"2.0","id":50}', -32600, 50),  # no method
+    (b'{"jsonrpc":"2.0","id":51,"method":"tools/list","params":"x"}', -32602, 51),
+    (b'{"jsonrpc":"2.0","id":52,"method":"tools/list","params":[1]}', -32602, 52),
+    (b'{"jsonrpc":"2.0","id":53,"method":"tools/call","params":{"name":"search_in_graph","arguments":'
+     b'{"query":"a\\ud800b"}}}', -32602, 53),  # a lone surrogate in a query
+    (b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', -32600, None),  # ... in an id
 ]
 
 
 def test_every_line_a_client_sends_gets_an_answer(tiny_project):
-    """Raw stdio: each malformed line is answered with its JSON-RPC error and id null, and the server goes on to
+    """Raw stdio: each malformed line is answered with its JSON-RPC error (with the request's id where it has a
+    valid one, else null), and the server goes on to
     answer a well-formed request after them; tool arguments of the wrong JSON type and over-long names are refused
     in one short line."""
     import json
@@ -82,7 +89,7 @@ def test_every_line_a_client_sends_gets_an_answer(tiny_project):
               "params": {"name": "search_in_graph", "arguments": {"query": "lens", "size": 1e9}}},
              {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "n" * 100_000, "arguments": {}}},
              {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}]
-    lines = [line for line, _ in BAD_LINES] + [json.dumps(m).encode() for m in [init, *calls]]
+    lines = [line for line, _, _ in BAD_LINES] + [json.dumps(m).encode() for m in [init, *calls]]
     proc.stdin.write(b"\n".join(lines) + b"\n")
     proc.stdin.flush()
     replies = []  # read until every line is answered (closing stdin first would end the session mid-call)
@@ -94,7 +101,7 @@ def test_every_line_a_client_sends_gets_an_answer(tiny_project):
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 0, err[-2000:]
     errors = [r for r in replies if "error" in r]
-    assert [(r["id"], r["error"]["code"]) for r in errors] == [(None, code) for _, code in BAD_LINES], err[-2000:]
+    assert [(r["id"], r["error"]["code"]) for r in errors] == [(i, code) for _, code, i in BAD_LINES], err[-2000:]
     by_id = {r["id"]: r for r in replies if "result" in r}
     assert by_id[1]["result"]["serverInfo"]["name"].startswith("ark")
     assert by_id[1]["result"]["serverInfo"]["version"] == __import__("ark").__version__  # not empty

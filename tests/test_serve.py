@@ -69,6 +69,24 @@ def test_a_model_it_cannot_serve_is_one_line(capsys, tmp_path):
     assert "no adapter directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_out_of_range_is_refused_by_the_argument_parser(port, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", port])
+    assert exited.value.code == 2 and "is not a TCP port" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads(capsys, tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setattr("ark.llm.local.LocalChatModel", lambda **kw: pytest.fail("the model was loaded"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["serve", "--port", str(port), f"paths.root={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: cannot listen on 127.0.0.1:{port}") and len(err.splitlines()) == 1
+
+
 def test_a_given_decode_rows_is_kept_and_the_requests_computed_at_once_follow_the_run_defaults():
     from ark.serve import SERVE_ROWS, in_flight, served_config
 

@@ -321,3 +321,39 @@ def test_a_clients_malformed_body_is_a_400_and_costs_no_generation(body):
             urllib.request.urlopen(req, timeout=10)
         assert answered.value.code == 400 and model.calls == 0
         assert post(server, timeout=10)[0] == 200  # and the server goes on serving
+
+
+GOOD = {"model": "slow", "messages": [{"role": "user", "content": "hi"}]}
+# what ark serve answered 200 (with a wrong reply or label) or 500 with a Python exception before it had a schema
+BAD_REQUESTS = {
+    "temperature-nan": ('{"temperature": NaN}', 400), "temperature-inf": ('{"temperature": Infinity}', 400),
+    "temperature-negative": ({"temperature": -1}, 400), "temperature-huge": ({"temperature": 1e308}, 400),
+    "temperature-string": ({"temperature": "hot"}, 400), "top_p-nan": ('{"top_p": NaN}', 400),
+    "top_p-5": ({"top_p": 5}, 400), "top_p-negative": ({"top_p": -1}, 400), "model-other": ({"model": "gpt-9"}, 404),
+    "messages-numbers": ({"messages": [1, 2]}, 400), "tools-string": ({"tools": "x"}, 400),
+    "tools-number": ({"tools": [1]}, 400), "tool-without-name": ({"tools": [{"type": "function", "function": {}}]}, 400),
+    "seed-string": ({"seed": "abc"}, 400), "seed-2^70": ({"seed": 2**70}, 400),
+    "lone-surrogate": ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', 400),
+    "max_tokens-zero": ({"max_tokens": 0}, 400), "role-unknown": ({"messages": [{"role": "robot", "content": "x"}]}, 400),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_a_request_outside_the_chat_schema_is_a_4xx_json_error_and_costs_no_generation(case):
+    """ark.llm.schema: every field's type and range checked before the request waits for a worker; the answer is
+    OpenAI's error object (invalid_request_error, one line naming the field), never a 500."""
+    from ark.llm.schema import check_chat_request
+
+    change, status = BAD_REQUESTS[case]
+    body = (json.dumps(GOOD)[:-1] + ", " + change[1:] if isinstance(change, str)
+            else json.dumps({**GOOD, **change})).encode()
+    model = SlowModel()
+    with ChatServer(model.generate, check=lambda b: check_chat_request(b, "slow")) as server:
+        req = urllib.request.Request(server.url + "/chat/completions", body, {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(req, timeout=10)
+        error = json.load(answered.value)["error"]
+        assert answered.value.code == status and model.calls == 0
+        assert error["type"] == ("model_not_found" if status == 404 else "invalid_request_error")
+        assert "\n" not in error["message"] and "Traceback" not in error["message"]
+        assert post(server, timeout=10)[0] == 200  # and a valid request is served

@@ -150,6 +150,13 @@ def estimate(overrides: list[str], first: int = 3, out=None) -> dict:
     return {"queries": n, "cost_usd": cost, "total_queries": total, "estimate_usd": per_query * total}
 
 
+def port_number(text: str) -> int:
+    """A TCP port for argparse: checked before the model loads."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0-65535)")
+    return int(text)
+
+
 def at_least_one(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "curl, the openai client or litellm at it.")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. backbone=student backbone.local.dtype=float32")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=port_number, default=8000, help="TCP port, 0-65535 (0: any free one)")
     p = sub.add_parser("compare", help="each later run minus the first on the queries both scored, with intervals")
     p.add_argument("runs", nargs="+", help="runs as `ark show` takes them: a run directory, a published entry "
                                            "results/<stage>/<entry>/ or <stage>@<entry>; the first is the reference")

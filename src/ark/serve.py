@@ -107,6 +107,17 @@ def fewer_heaps() -> None:
         pass
 
 
+def check_port(host: str, port: int) -> None:
+    """``UserError`` at once where ``host:port`` cannot be listened on (in use, not an address of this machine),
+    not after the model has loaded."""
+    import socket
+
+    try:
+        socket.create_server((host, port)).close()
+    except (OSError, OverflowError) as e:
+        raise UserError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
+
+
 def server(overrides: list[str], host: str, port: int):
     """(the server, not yet started; the served backbone) for ``overrides`` (default: the
     embedded model, decoding as many requests together as a default run keeps in flight, each reply at most the
@@ -114,9 +125,11 @@ def server(overrides: list[str], host: str, port: int):
     from ark import build
     from ark.agent.backbones import LocalBackbone
     from ark.llm.local import LocalChatModel
+    from ark.llm.schema import check_chat_request
     from ark.llm.server import ChatServer
 
     fewer_heaps()
+    check_port(host, port)
     cfg = served_config(overrides)
     spec = build.spec(cfg, "evaluate")
     backbone = spec.backbone
@@ -130,7 +143,7 @@ def server(overrides: list[str], host: str, port: int):
     try:
         chat = ChatServer(capped(model.generate, backbone.max_tokens), host=host, port=port, model_name=name,
                           workers=max(backbone.local.decode_rows, in_flight(cfg)), max_queue=64, keep_abandoned=True,
-                          on_exit=model.cancel,
+                          on_exit=model.cancel, check=lambda body: model.check_size(check_chat_request(body, name)),
                           **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None

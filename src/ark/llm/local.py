@@ -36,6 +36,7 @@ from transformers import DynamicCache
 from ark.llm import batching
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
+from ark.llm.schema import RequestError
 from ark.llm.server import HTTPError, chat_completion
 from ark.llm.weights import apply_adapter, default_gguf_path, fingerprint, load_gguf, pack_linears, resolve_dtype
 
@@ -270,6 +271,9 @@ class LocalChatModel:
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
+        # a byte-level token stands for at most its own length in characters: a prompt of more characters than the
+        # window times the longest token cannot fit, and is refused without tokenizing it
+        self.max_prompt_chars = self.context_window * max(map(len, known))
         self.stop_ids = {known[t] for t in ("<|im_end|>", "<|endoftext|>", tokenizer.eos_token) if t in known}
         per_token = kv_bytes_per_token(self.model)
         self.kv = KVBudget(int(kv_memory_mb * 2**20 // per_token))
@@ -294,6 +298,16 @@ class LocalChatModel:
         """The prompt text of a chat request (ChatML, generation prompt appended)."""
         msgs = chat_messages(request.get("messages") or [], request.get("tools"), request.get("tool_choice"))
         return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def check_size(self, request: dict) -> dict:
+        """``request``, or ``RequestError`` 400 where its messages' text alone cannot fit the context window."""
+        chars = sum(len(c) if isinstance(c, str) else sum(len(p.get("text") or "") for p in c
+                                                           if isinstance(p, dict)) if isinstance(c, list) else 0
+                    for c in (m.get("content") for m in request.get("messages") or [] if isinstance(m, dict)))
+        if chars > self.max_prompt_chars:
+            raise RequestError(400, f"the messages hold {chars:,} characters, more than the context window of "
+                                    f"{self.context_window} tokens can take ({self.max_prompt_chars:,})")
+        return request
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -363,6 +377,7 @@ class LocalChatModel:
     def _generate(self, request: dict) -> dict:
         if not request.get("messages"):
             raise HTTPError(400, "messages is required")
+        self.check_size(request)
         if request.get("stream"):
             raise HTTPError(400, "streaming is not supported by the local model")
         tools = [t for t in request.get("tools") or [] if t.get("type", "function") == "function"]

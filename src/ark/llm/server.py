@@ -41,6 +41,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ark.llm.schema import RequestError, check_chat_request
+
 log = logging.getLogger(__name__)
 
 
@@ -63,8 +65,10 @@ def chat_completion(model: str, message: dict, finish_reason: str, prompt_tokens
     }
 
 
-def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "server_error", "code": status}}, status, headers)
+def _error(status: int, message: str, headers: dict | None = None, kind: str | None = None) -> JSONResponse:
+    """An OpenAI error body: ``invalid_request_error`` for a client's 4xx, ``server_error`` otherwise."""
+    kind = kind or ("invalid_request_error" if 400 <= status < 500 else "server_error")
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status, headers)
 
 
 class BodyTooLarge(Exception):
@@ -162,15 +166,18 @@ class ChatServer:
 
     ``workers``: generations at once (1 for a model that computes one request at a time); ``max_queue``: requests
     admitted, waiting or running; ``on_exit``: called as the server stops, before it waits for the generations
-    under way (a model's ``cancel``). Counters: ``requests`` received, ``generated`` (``generate`` called),
+    under way (a model's ``cancel``); ``check``: the request's schema, ``body -> body`` raising ``RequestError``
+    (default: ``ark.llm.schema.check_chat_request``), run before the request waits for a worker. Counters:
+    ``requests`` received, ``generated`` (``generate`` called),
     ``dropped`` (client gone before its turn), ``abandoned`` (generated, but the client had gone), ``reused`` (a
     retry answered by such a generation), ``rejected`` (503, queue full)."""
 
     def __init__(self, generate, host: str = "127.0.0.1", port: int = 0, model_name: str = "local",
                  workers: int = 64, max_queue: int = 256, retry_after: int = 1, keep_abandoned: bool = False,
                  max_body_bytes: int = 8 * 2**20, header_timeout: float = 10.0, body_timeout: float = 30.0,
-                 max_connections: int = 512, max_pending_bytes: int = 64 * 2**20, on_exit=None):
+                 max_connections: int = 512, max_pending_bytes: int = 64 * 2**20, on_exit=None, check=None):
         self.generate, self.model_name, self.on_exit = generate, model_name, on_exit
+        self.check = check or check_chat_request
         self.max_body_bytes, self.body_timeout = max_body_bytes, body_timeout
         self.bodies = BodyBudget(max_pending_bytes)
         self.created = int(time.time())  # what /v1/models reports: a restarted server is another endpoint
@@ -252,8 +259,10 @@ class ChatServer:
                 return _error(400, f"the body is not JSON: {e}")
             except RecursionError:
                 return _error(400, "the body is nested deeper than the JSON reader's limit")
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):  # the client's error
-                return _error(400, "the body must be a JSON object with a 'messages' list")
+            try:
+                body = self.check(body)
+            except RequestError as e:
+                return _error(e.status, e.message, kind=e.code)
             return JSONResponse(await self._reply(request, body))
         except ClientDisconnect:
             self.dropped += 1
@@ -262,6 +271,8 @@ class ChatServer:
             return Response(status_code=503)
         except HTTPError as e:
             return _error(e.status, e.message)
+        except RequestError as e:
+            return _error(e.status, e.message, kind=e.code)
         except Exception as e:  # a bug in the generator is a 500 for the client, not a dead server
             return _error(500, f"{type(e).__name__}: {e}")
         finally:

@@ -9,7 +9,8 @@ toolbox's own ``call``, so an MCP client sees exactly the text an agent sees.
 Every line a client sends gets an answer: a line that is not JSON is answered with JSON-RPC's parse error (-32700),
 one that is not a single JSON-RPC 2.0 message (an array, another ``jsonrpc``, an id that is neither a string nor an
 integer, nesting deeper than ``MAX_DEPTH``, more than ``MAX_LINE`` bytes) with its invalid-request error (-32600),
-both with ``id: null``, before the MCP session sees it. An over-long line is dropped as it streams, never held whole.
+with ``id: null``; a request with a valid id but no method, params that are not an object, or a lone surrogate
+in a string gets -32600 or -32602 with its id; all before the MCP session sees it. An over-long line is dropped as it streams, never held whole.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from ark.tools.toolbox import AnswerState
 
 MAX_LINE = 1 << 20  # bytes in one message; the longest legitimate call is a few kB (a 4,000-character query)
 MAX_DEPTH = 32  # nesting of one message's JSON; a tool call needs about 5
-PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 OVERSIZE = object()  # a line dropped for its length
 
 
@@ -40,29 +41,48 @@ def _depth(value) -> int:
     return deepest
 
 
-def refusal(line: bytes) -> tuple[int, str] | None:
-    """The JSON-RPC error (code, message) a line gets instead of reaching the MCP session; None: pass it on."""
+def _unicode(value) -> bool:
+    """Whether every string in ``value`` is valid Unicode (JSON may escape a lone surrogate, ``"\\ud800"``)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def refusal(line: bytes) -> tuple[int, str, str | int | None] | None:
+    """The JSON-RPC error (code, message, the id to answer) a line gets instead of reaching the MCP session; None:
+    pass it on. The id is the request's where it has a valid one, else null."""
     try:
         value = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
-        return PARSE_ERROR, "Parse error: the line is not UTF-8"
+        return PARSE_ERROR, "Parse error: the line is not UTF-8", None
     except RecursionError:
-        return INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels"
+        return INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels", None
     except ValueError as e:
-        return PARSE_ERROR, f"Parse error: {getattr(e, 'msg', 'not JSON')} at character {getattr(e, 'pos', 0)}"
+        return PARSE_ERROR, f"Parse error: {getattr(e, 'msg', 'not JSON')} at character {getattr(e, 'pos', 0)}", None
     if isinstance(value, list):
-        return INVALID_REQUEST, "Invalid Request: batches are not supported; send one JSON object per line"
+        return INVALID_REQUEST, "Invalid Request: batches are not supported; send one JSON object per line", None
     if not isinstance(value, dict):
-        return INVALID_REQUEST, "Invalid Request: a message is a JSON object"
+        return INVALID_REQUEST, "Invalid Request: a message is a JSON object", None
     if _depth(value) > MAX_DEPTH:
-        return INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels"
-    if value.get("jsonrpc") != "2.0":
-        return INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"'
+        return INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels", None
     ident = value.get("id", 0)
     if not isinstance(ident, str) and (not isinstance(ident, int) or isinstance(ident, bool)):
-        return INVALID_REQUEST, "Invalid Request: id must be a string or an integer"
+        return INVALID_REQUEST, "Invalid Request: id must be a string or an integer", None
+    if not _unicode(ident):
+        return INVALID_REQUEST, "Invalid Request: the id holds a lone surrogate (not valid Unicode)", None
+    reply_to = value.get("id")
+    if value.get("jsonrpc") != "2.0":
+        return INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', reply_to
+    if "method" not in value and "result" not in value and "error" not in value:
+        return INVALID_REQUEST, "Invalid Request: a request needs a method", reply_to
     if "method" in value and not isinstance(value["method"], str):
-        return INVALID_REQUEST, "Invalid Request: method must be a string"
+        return INVALID_REQUEST, "Invalid Request: method must be a string", reply_to
+    if "params" in value and not isinstance(value["params"], dict):
+        return INVALID_PARAMS, "Invalid params: params must be an object", reply_to
+    if not _unicode(value):
+        return INVALID_PARAMS, "Invalid params: a string holds a lone surrogate (not valid Unicode)", reply_to
     return None
 
 
@@ -89,13 +109,14 @@ class CheckedLines:
                 raise StopAsyncIteration
             if line is not OVERSIZE and not line.strip():
                 continue
-            error = ((INVALID_REQUEST, f"Invalid Request: a message over {MAX_LINE:,} bytes") if line is OVERSIZE
-                     else refusal(line))
+            error = ((INVALID_REQUEST, f"Invalid Request: a message over {MAX_LINE:,} bytes", None)
+                     if line is OVERSIZE else refusal(line))
             if error is None:
                 return line.decode("utf-8")
             await self._open.wait()
+            code, message, reply_to = error
             await self.replies.send(SessionMessage(types.JSONRPCError(
-                jsonrpc="2.0", id=None, error=types.ErrorData(code=error[0], message=error[1]))))
+                jsonrpc="2.0", id=reply_to, error=types.ErrorData(code=code, message=message))))
 
     def _line(self):
         """The next line (bytes), OVERSIZE for one over MAX_LINE (read on to its end, not kept), None at the end."""
