@@ -105,3 +105,56 @@ def test_the_published_pair_compares_as_table1_paired_shows_it(tmp_path, shared_
         cell = f"{float(row[column]):.2f} [{float(row[column + ' lo']):.1f}, {float(row[column + ' hi']):.1f}] " \
                f"p={float(row[column + ' p']):.3f}"
         assert f"{metric:<10} {cell}" in shown.stdout  # as the table's Markdown prints it
+
+
+def _rewrite(name: str, change):
+    def damage(run_dir: Path) -> None:
+        path = run_dir / name
+        path.write_text(change(path.read_text()))
+    return damage
+
+
+def _scores_change(change):
+    def rows(text: str) -> str:
+        lines = [json.loads(line) for line in text.splitlines()]
+        change(lines)
+        return "\n".join(json.dumps(r) for r in lines) + "\n"
+    return _rewrite("scores.jsonl", rows)
+
+
+DAMAGED = {  # what a damaged or edited run directory holds -> the file and words of its one error line
+    "metrics-cut": (_rewrite("metrics.json", lambda t: t[: len(t) // 2]), "metrics.json: not a readable metrics file"),
+    "metrics-nested": (_rewrite("metrics.json", lambda t: json.dumps({"hit@1": {"a": 1}})), "metrics.json: hit@1 is"),
+    "metrics-list": (_rewrite("metrics.json", lambda t: "[1, 2]"), "metrics.json: metrics file must be a mapping"),
+    "metrics-edited": (_rewrite("metrics.json", lambda t: json.dumps({**json.loads(t), "hit@1": 0.99})),
+                       "but its scores.jsonl's mean is"),
+    "config-unclosed": (_rewrite("config.yaml", lambda t: "a: [1, 2\n"), "config.yaml: not a readable run config"),
+    "config-empty": (_rewrite("config.yaml", lambda t: ""), "config.yaml: run config must be a mapping"),
+    "config-nested": (_rewrite("config.yaml", lambda t: "a: " + "[" * 5000 + "]" * 5000 + "\n"),
+                      "config.yaml: not a readable run config"),
+    "scores-cut": (_rewrite("scores.jsonl", lambda t: t[: len(t) // 2]), "scores.jsonl: not readable scores"),
+    "scores-nan": (_scores_change(lambda rows: rows[0].update({"mrr": float("nan")})), "mrr is 'nan', not a number"),
+    "scores-unknown-id": (_scores_change(lambda rows: rows[0].update({"id": "not-a-query"})),
+                          "scored queries are not in the query set"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED, ids=list(DAMAGED))
+def test_a_damaged_run_is_one_error_line_naming_its_file(two_runs, capsys, case):
+    """ark compare reads a run's files through one checked reader: a cut, nested or edited file is exit 2 and one
+    `error:` line naming it, never a traceback or a number computed from it."""
+    bm25, rules, overrides = two_runs
+    damage, words = DAMAGED[case]
+    damage(rules)
+    assert main(["compare", str(bm25), str(rules), "--paths", *overrides]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+    assert str(rules) in err[0]
+
+
+def test_a_difference_interval_stays_within_what_the_metric_can_be():
+    from ark.report.compare import _plain
+    from ark.report.intervals import Estimate
+
+    assert _plain(Estimate(-20.0, -115.0, 75.0, 0.5)) == {"value": -20.0, "lo": -100.0, "hi": 75.0, "p": 0.5}
+    assert _plain(Estimate(3.0, -2.0, 104.0), 0.0) == {"value": 3.0, "lo": 0.0, "hi": 100.0}

@@ -24,12 +24,24 @@ METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 
 
 def load(spec: str, overrides: tuple) -> RunData:
-    """The finished run ``spec`` names (a run directory, a published entry or ``<stage>@<entry>``)."""
+    """The finished run ``spec`` names (a run directory, a published entry or ``<stage>@<entry>``), its files checked:
+    readable, its scores finite, its metrics the means of its scores, every scored query in its query set."""
     run_dir = find_run(spec, results_dir(list(overrides)))
     found = [r for r in load_runs([run_dir], overrides) if r.dir.resolve() == run_dir.resolve()]
     if not found:
         raise UserError(f"{spec}: {run_dir} is not a finished run (it has no metrics.json or scores.jsonl)")
-    return found[0]
+    run = found[0]
+    scores = run.scores
+    for m in METRICS:
+        mean = sum(row.get(m, 0.0) for row in scores.values()) / len(scores) if scores else 0.0
+        if m in run.metrics and abs(mean - run.metrics[m]) > 1e-6:
+            raise UserError(f"{run.dir / 'metrics.json'}: {m} is {run.metrics[m]:.4f} but its scores.jsonl's mean is "
+                            f"{mean:.4f}: one of the two was changed after the run")
+    unknown = sorted(set(scores) - set(run.units()))
+    if unknown:
+        raise UserError(f"{run.dir / 'scores.jsonl'}: {len(unknown)} scored queries are not in the query set the run "
+                        f"names (first: {unknown[0][:60]!r})")
+    return run
 
 
 def scored_on(run: RunData) -> dict:
@@ -52,7 +64,7 @@ def compare(specs: list[str], overrides: tuple = (), any_queries: bool = False) 
             raise UserError(f"{spec} was scored on {described(run)}, {specs[0]} on {described(first)} (or on another "
                             f"cut of the graph); --any-queries compares them anyway, on the query ids both scored")
     out = {"method": METHOD, "runs": [{"run": s, "dir": str(r.dir), "scored_on": described(r),
-                                       "metrics": {m: _plain(estimate(r, m)) for m in METRICS}}
+                                       "metrics": {m: _plain(estimate(r, m), 0.0) for m in METRICS}}
                                       for s, r in zip(specs, runs)], "comparisons": []}
     for spec, run in zip(specs[1:], runs[1:]):
         diffs = {m: paired_difference(run, first, m) for m in METRICS}
@@ -64,8 +76,14 @@ def compare(specs: list[str], overrides: tuple = (), any_queries: bool = False) 
     return out
 
 
-def _plain(e) -> dict | None:
-    return None if e is None else {k: v for k, v in vars(e).items() if v is not None}
+def _plain(e, low: float = -100.0) -> dict | None:
+    """An estimate as data, its interval held within what the metric can be (x100: [0, 100] for a run's mean,
+    [-100, 100] for a difference; the expanded bootstrap can reach past them on few units)."""
+    if e is None:
+        return None
+    out = {k: v for k, v in vars(e).items() if v is not None}
+    out["lo"], out["hi"] = max(out["lo"], low), min(out["hi"], 100.0)
+    return out
 
 
 def _cell(e: dict | None, with_p: bool = False) -> str:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from ark.errors import UserError
 from ark.runs.store import load_run, read_scores
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ class RunData:
     @property
     def scores(self) -> dict[str, dict]:
         if self._scores is None:
-            self._scores = read_scores(self.dir)
+            self._scores = checked_scores(self.dir)
         return self._scores
 
     def units(self) -> dict[str, str]:
@@ -74,6 +76,54 @@ class RunData:
         return _candidates(self.config["dataset"]["name"], self.paths, self.config["dataset"].get("kind"))
 
 
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+
+
+def read_mapping(path: Path, what: str) -> dict:
+    """A run's ``config.yaml``, ``metrics.json`` or ``stats.json``: the mapping it holds, or one ``UserError`` naming
+    the file (cut, not JSON or YAML, nested past the reader's limit, not a mapping)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        value = yaml.safe_load(text) if path.suffix == ".yaml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError, RecursionError) as e:
+        raise UserError(f"{path}: not a readable {what} ({_first_line(e)})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path}: {what} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def checked_metrics(path: Path) -> dict:
+    """``metrics.json``: counts (``n_*``) whole numbers >= 0, every other value a finite number in [0, 1]."""
+    metrics = read_mapping(path, "metrics file")
+    for key, value in metrics.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = number and (float(value).is_integer() and value >= 0 if str(key).startswith("n_") else 0 <= value <= 1)
+        if not ok:
+            raise UserError(f"{path}: {key} is {str(value)[:40]!r}, not "
+                            + ("a count" if str(key).startswith("n_") else "a number in [0, 1]"))
+    return metrics
+
+
+def checked_scores(directory: Path) -> dict[str, dict]:
+    """``scores.jsonl`` as ``read_scores`` reads it, or one ``UserError`` naming the file: every row a query id and
+    finite scores in [0, 1]."""
+    path = directory / "scores.jsonl"
+    try:
+        scores = read_scores(directory)
+    except (ValueError, RecursionError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
+        raise UserError(f"{path}: not readable scores ({_first_line(e)})") from None
+    for qid, row in scores.items():
+        for key, value in row.items():
+            if key == "complete":
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            if not (number and 0 <= value <= 1):
+                raise UserError(f"{path}: query {str(qid)[:60]!r}: {key} is {str(value)[:40]!r}, not a number in "
+                                f"[0, 1]")
+    return scores
+
+
 def load_runs(roots, paths: tuple = ()) -> list[RunData]:
     """Every finished run (``metrics.json`` and ``scores.jsonl`` beside its ``config.yaml``) under the roots, in
     path order; ``paths``: overrides such as ``("paths.data=/x/data",)`` for finding their queries and graphs."""
@@ -84,8 +134,8 @@ def load_runs(roots, paths: tuple = ()) -> list[RunData]:
             if not (d / "metrics.json").exists() or not (d / "scores.jsonl").exists():
                 continue  # a published copy or an unfinished run
             stats = d / "stats.json"
-            runs.append(RunData(d, yaml.safe_load(config_file.read_text()), json.loads((d / "metrics.json").read_text()),
-                                json.loads(stats.read_text()) if stats.exists() else {}, tuple(paths)))
+            runs.append(RunData(d, read_mapping(config_file, "run config"), checked_metrics(d / "metrics.json"),
+                                read_mapping(stats, "stats file") if stats.exists() else {}, tuple(paths)))
     return runs
 
 
