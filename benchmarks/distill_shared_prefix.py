@@ -10,7 +10,10 @@ otherwise (constant learning rate).
 
     python -m ark.stages.collect dataset=biokg queries=synthetic backbone=rules_teacher +experiment=distillation \\
         collect.budget=200 collect.trajectories=2 run.root=/tmp/teacher logger=none
-    python benchmarks/distill_shared_prefix.py --teacher /tmp/teacher --batch 8 --steps 2
+    python benchmarks/distill_shared_prefix.py --teacher /tmp/teacher --batch 8 --steps 1 --repeats 2
+
+With ``--repeats`` the two modes alternate (whole, shared, whole, shared...) and each mode's median is reported: on
+a shared virtual machine one run of either can be 15 % off.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -54,6 +58,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="trajectories an update")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each mode, alternating")
     ap.add_argument("--out", help="also write the figures here (JSON)")
     args = ap.parse_args()
 
@@ -77,7 +82,7 @@ def main() -> None:
     print(json.dumps(info))
     print(f"{len(chosen)} trajectories, {whole} tokens; with the prefix shared {computed} tokens computed "
           f"({whole / computed:.2f}x fewer)", flush=True)
-    for share in (False, True):
+    for share in [False, True] * args.repeats:
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             cfg = compose("config", overrides=[
                 "distill=embedded", f"distill.share_prefix={str(share).lower()}",
@@ -94,11 +99,14 @@ def main() -> None:
             t.train()
             seconds = time.perf_counter() - start
         losses = [round(row["loss"], 5) for row in t.state.log_history if "loss" in row]
-        figures["modes"]["shared" if share else "whole"] = {"seconds": round(seconds, 1), "losses": losses}
+        mode = figures["modes"].setdefault("shared" if share else "whole", {"runs": []})
+        mode["runs"].append(round(seconds, 1))
+        mode.update(seconds=round(statistics.median(mode["runs"]), 1), losses=losses)
         print(f"share_prefix {str(share).lower():5}: {seconds:7.1f} s, {seconds / len(chosen):5.2f} s a trajectory, "
               f"step losses {losses}", flush=True)
     a, b = figures["modes"]["whole"], figures["modes"]["shared"]
-    print(f"speed-up {a['seconds'] / b['seconds']:.2f}x; largest step-loss difference "
+    print(f"medians: whole {a['seconds']} s, shared {b['seconds']} s; speed-up {a['seconds'] / b['seconds']:.2f}x; "
+          f"largest step-loss difference "
           f"{max(abs(x - y) for x, y in zip(a['losses'], b['losses'])):.2e}")
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1))

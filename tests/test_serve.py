@@ -69,6 +69,21 @@ def test_a_model_it_cannot_serve_is_one_line(capsys, tmp_path):
     assert "no adapter directory" in capsys.readouterr().err
 
 
+def test_messages_longer_than_the_window_can_take_are_refused_before_tokenizing(tiny_local, monkeypatch):
+    """The character bound (the context window times the longest token): a prompt past it is a 400 at once, its text
+    never tokenized; one within it goes on to the tokenizer."""
+    from ark.llm.schema import RequestError
+
+    monkeypatch.setattr(tiny_local, "encode", lambda text: pytest.fail("the prompt was tokenized"))
+    limit = tiny_local.max_prompt_chars
+    assert limit >= tiny_local.context_window
+    over = {"messages": [{"role": "system", "content": "a" * (limit // 2)},
+                         {"role": "user", "content": [{"type": "text", "text": "b" * (limit - limit // 2 + 1)}]}]}
+    with pytest.raises(RequestError, match="more than the context window"):
+        tiny_local.generate(over)
+    assert tiny_local.check_size({"messages": [{"role": "user", "content": "a" * limit}]})
+
+
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])
 def test_a_port_out_of_range_is_refused_by_the_argument_parser(port, capsys):
     with pytest.raises(SystemExit) as exited:

@@ -1,0 +1,114 @@
+"""Property-based fuzzing of the surfaces that read what others write (hypothesis, a fixed budget of examples each):
+``ark serve``'s chat API, ``ark mcp``'s JSON-RPC lines and the run files ``ark compare`` reads. Each must answer
+every input with its own error (a 4xx JSON error, a JSON-RPC error, one ``UserError`` line), never a traceback, a
+5xx or a hang, and go on serving."""
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ark.errors import UserError  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+EXAMPLES = 150  # per surface; the note in docs/reliability.md states it
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+# any JSON value, the odd ones first: NaN and infinities, integers past 64 bits, lone surrogates, deep-ish nesting
+scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30)
+           | st.sampled_from(["\ud800", "a\udfffb", "", "auto", "function", "user", "tool"]))
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                           | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+FIELDS = ["model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "stream", "n"]
+messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]) | json_values},
+                                          optional={"content": json_values, "tool_calls": json_values,
+                                                    "tool_call_id": json_values, "name": json_values}), max_size=3)
+bodies = st.fixed_dictionaries({"messages": messages | json_values},
+                               optional={k: json_values for k in FIELDS if k != "messages"})
+
+
+def dumps(value) -> bytes:
+    """JSON as a client may send it: NaN and Infinity as Python writes them, surrogates escaped."""
+    return json.dumps(value, allow_nan=True).encode()
+
+
+@pytest.fixture(scope="module")
+def chat_server():
+    from ark.llm.schema import check_chat_request
+    from ark.llm.server import ChatServer, chat_completion
+
+    calls = []
+
+    def generate(request: dict) -> dict:
+        calls.append(request)
+        return chat_completion("slow", {"role": "assistant", "content": "ok"}, "stop", 1, 1)
+
+    with ChatServer(generate, check=lambda b: check_chat_request(b, "slow")) as server:
+        yield server, calls
+
+
+@FUZZ
+@given(body=bodies | json_values.map(lambda v: {"messages": v}) | json_values)
+def test_serve_answers_every_body_with_a_reply_or_a_4xx_json_error(chat_server, body):
+    server, calls = chat_server
+    req = urllib.request.Request(server.url + "/chat/completions", dumps(body), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status, answer = r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        status, answer = e.code, json.load(e)
+    assert status in (200, 400, 404), (status, answer)
+    if status == 200:  # what reached the model is a request the schema admits
+        from ark.llm.schema import check_chat_request
+
+        check_chat_request(calls[-1], "slow")
+    else:
+        assert answer["error"]["type"] in ("invalid_request_error", "model_not_found")
+        assert "\n" not in answer["error"]["message"]
+
+
+@FUZZ
+@given(value=json_values, raw=st.binary(max_size=60), shape=st.integers(0, 2))
+def test_every_mcp_line_is_passed_on_or_refused_with_a_json_rpc_error(value, raw, shape):
+    from ark.tools.mcp import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, refusal
+
+    message = {"jsonrpc": "2.0", "id": value, "method": "tools/call", "params": value} if shape == 1 else value
+    line = raw if shape == 2 else dumps(message)
+    answer = refusal(line)
+    if answer is None:  # what the MCP session gets: one JSON-RPC 2.0 object, a valid id, params an object
+        parsed = json.loads(line)
+        assert isinstance(parsed, dict) and parsed.get("jsonrpc") == "2.0"
+        assert isinstance(parsed.get("params", {}), dict)
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    else:
+        code, text, reply_to = answer
+        assert code in (PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS) and "\n" not in text
+        assert reply_to is None or isinstance(reply_to, (str, int))
+
+
+RUN_FILES = ["config.yaml", "metrics.json", "stats.json", "scores.jsonl"]
+
+
+@FUZZ
+@given(name=st.sampled_from(RUN_FILES), content=st.binary(max_size=200) | json_values.map(dumps))
+def test_a_run_file_of_any_content_is_read_or_refused_in_one_line(tmp_path_factory, name, content):
+    from pathlib import Path
+
+    from ark.report.runs import checked_metrics, checked_scores, read_mapping
+
+    d = Path(tmp_path_factory.mktemp("run"))
+    (d / name).write_bytes(content)
+    try:
+        if name == "scores.jsonl":
+            checked_scores(d)
+        elif name == "metrics.json":
+            checked_metrics(d / name)
+        else:
+            read_mapping(d / name, name)
+    except UserError as e:
+        assert str(d / name) in str(e) and "\n" not in str(e)
