@@ -106,8 +106,8 @@ def checked_metrics(path: Path) -> dict:
 
 
 def checked_scores(directory: Path) -> dict[str, dict]:
-    """``scores.jsonl`` as ``read_scores`` reads it, or one ``UserError`` naming the file: every row a query id and
-    finite scores in [0, 1]."""
+    """``scores.jsonl`` as ``read_scores`` reads it, or one ``UserError`` naming the file: every row a query id, its
+    flags (``complete``, ``answerable``) true or false and its scores finite numbers in [0, 1]."""
     path = directory / "scores.jsonl"
     try:
         scores = read_scores(directory)
@@ -115,9 +115,9 @@ def checked_scores(directory: Path) -> dict[str, dict]:
         raise UserError(f"{path}: not readable scores ({_first_line(e)})") from None
     for qid, row in scores.items():
         for key, value in row.items():
-            if key == "complete":
+            if isinstance(value, bool):
                 continue
-            number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            number = isinstance(value, (int, float)) and math.isfinite(value)
             if not (number and 0 <= value <= 1):
                 raise UserError(f"{path}: query {str(qid)[:60]!r}: {key} is {str(value)[:40]!r}, not a number in "
                                 f"[0, 1]")
