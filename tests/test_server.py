@@ -357,3 +357,13 @@ def test_a_request_outside_the_chat_schema_is_a_4xx_json_error_and_costs_no_gene
         assert error["type"] == ("model_not_found" if status == 404 else "invalid_request_error")
         assert "\n" not in error["message"] and "Traceback" not in error["message"]
         assert post(server, timeout=10)[0] == 200  # and a valid request is served
+
+
+def test_health_and_models_answer_as_openai_clients_expect():
+    with ChatServer(SlowModel().generate, model_name="slow") as server:
+        root = server.url.removesuffix("/v1")
+        with urllib.request.urlopen(root + "/health", timeout=10) as r:
+            assert r.status == 200 and json.load(r) == {"status": "ok", "model": "slow"}
+        with urllib.request.urlopen(server.url + "/models", timeout=10) as r:
+            (model,) = json.load(r)["data"]
+        assert model["id"] == "slow" and model["owned_by"] == "ark" and model["object"] == "model"

@@ -228,7 +228,9 @@ class ChatServer:
         if request.method == "GET":
             if path.endswith("/models"):
                 return JSONResponse({"object": "list", "data": [{"id": self.model_name, "object": "model",
-                                                                 "created": self.created}]})
+                                                                 "created": self.created, "owned_by": "ark"}]})
+            if path in ("/health", "/v1/health"):  # what a load balancer or a script waiting for the server polls
+                return JSONResponse({"status": "ok", "model": self.model_name})
             return _error(404, "not found")
         if not path.endswith("/chat/completions"):
             return _error(404, f"unknown path {request.url.path}")
