@@ -93,12 +93,15 @@ def read_mapping(path: Path, what: str) -> dict:
     return value
 
 
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def checked_metrics(path: Path) -> dict:
     """``metrics.json``: counts (``n_*``) whole numbers >= 0, every other value a finite number in [0, 1]."""
     metrics = read_mapping(path, "metrics file")
     for key, value in metrics.items():
-        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = number and (float(value).is_integer() and value >= 0 if str(key).startswith("n_") else 0 <= value <= 1)
+        ok = _finite(value) and (float(value).is_integer() and value >= 0 if str(key).startswith("n_") else 0 <= value <= 1)
         if not ok:
             raise UserError(f"{path}: {key} is {str(value)[:40]!r}, not "
                             + ("a count" if str(key).startswith("n_") else "a number in [0, 1]"))
@@ -117,8 +120,7 @@ def checked_scores(directory: Path) -> dict[str, dict]:
         for key, value in row.items():
             if isinstance(value, bool):
                 continue
-            number = isinstance(value, (int, float)) and math.isfinite(value)
-            if not (number and 0 <= value <= 1):
+            if not (_finite(value) and 0 <= value <= 1):
                 raise UserError(f"{path}: query {str(qid)[:60]!r}: {key} is {str(value)[:40]!r}, not a number in "
                                 f"[0, 1]")
     return scores
