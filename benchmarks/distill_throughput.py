@@ -216,8 +216,9 @@ def run_trl(args) -> dict:
         curve = json.loads((Path(out) / "curve.json").read_text())
     tokens = max(row.get("num_tokens", 0) for row in curve)  # trl's count of the tokens trained on
     figures = {"recipe": args.recipe, "set": args.set, "steps": report["steps"],
-               "train_seconds": report["train_seconds"],
-               "tokens_per_s": round(tokens / report["train_seconds"], 1) if report["train_seconds"] else None,
+               "train_seconds": report["timings"]["train_seconds"],
+               "tokens_per_s": round(tokens / report["timings"]["train_seconds"], 1)
+               if report["timings"]["train_seconds"] else None,
                "losses": [row["loss"] for row in curve if "loss" in row]}
     if args.device.startswith("cuda"):
         figures["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 1)

@@ -1,6 +1,7 @@
 """SFT data from teacher trajectories: assistant-only labels, the inference rendering, nothing label-derived."""
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from ark.distill.train import train_lora
+    from ark.distill.train import is_timing, train_lora
     from ark.llm.weights import apply_adapter, fingerprint
 
     cfg, run_dir, _ = rules_run
@@ -115,6 +116,7 @@ def test_smoke_lora_training_on_cpu_saves_an_adapter_the_local_model_loads(rules
     assert all(k in row for row in curve if "loss" in row for k in keys)
     counts = [0] + [row["num_tokens"] for row in curve if "loss" in row]  # one sample's tokens a step
     assert all(b - a in {len(s["input_ids"]) for s in samples[:4]} for a, b in zip(counts, counts[1:]))
+    assert report["timings"]["train_seconds"] >= 0 and not any(is_timing(k) for row in curve for k in row)
     assert fingerprint(None, tmp_path / "adapter")["adapter_sha256"]
     torch.manual_seed(0)
     base = LlamaForCausalLM(config).eval()
@@ -152,6 +154,43 @@ def test_the_distill_stage_writes_an_adapter_with_its_model_card(rules_run, toke
                       json.loads((out / "curve.json").read_text()))
     steps = [step for step, _ in logged]
     assert steps == sorted(steps) and steps[-1] == 3 and any("loss" in row for _, row in logged)
+
+
+@pytest.mark.e2e
+def test_a_retrained_student_is_the_same_student(rules_run, tokenizer, tmp_path):
+    """Same data and seed: the same adapter directory content (the student's identity) and the same published files;
+    only the git-ignored timing.json differs. A different seed is another student."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ark.io import sha256_tree
+    from ark.stages import distill
+
+    _, run_dir, overrides = rules_run
+    # retrained in place, as a rerun of the stage does; each result kept aside
+
+    def train(seed: int = 0) -> tuple[Path, Path]:
+        cfg = compose_cfg(overrides + ["distill=smoke", f"seed={seed}", f"distill.teacher={Path(run_dir).parent}",
+                                       f"distill.out={tmp_path}/student", f"distill.publish={tmp_path}/published"])
+        torch.manual_seed(0)
+        tiny = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                            num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
+                                            max_position_embeddings=4096))
+        result = distill.run(cfg, tiny, tokenizer)
+        assert result["timings"]["train_seconds"] >= 0 and result["timings"]["seconds"] > 0
+        kept = tmp_path / f"seed{seed}-{len(list(tmp_path.glob('seed*')))}"
+        shutil.copytree(tmp_path / "student", kept / "student")
+        shutil.copytree(tmp_path / "published", kept / "published")
+        return kept / "student", kept / "published"
+
+    (a, a_pub), (b, b_pub) = train(), train()
+    assert sha256_tree(a) == sha256_tree(b) and not (a / "checkpoints").exists()
+    assert sorted(p.name for p in a_pub.iterdir()) == sorted([*distill.PUBLISHED, distill.TIMINGS])
+    assert all((a_pub / n).read_bytes() == (b_pub / n).read_bytes() for n in distill.PUBLISHED)
+    assert "seconds" in json.loads((a_pub / distill.TIMINGS).read_text())
+    assert "seconds" not in (a / "report.json").read_text() and "runtime" not in (a / "curve.json").read_text()
+    other, _ = train(seed=1)
+    assert sha256_tree(other) != sha256_tree(a)
 
 
 

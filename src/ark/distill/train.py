@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -235,13 +236,21 @@ def shared_prefix_collator(features: list[dict]) -> dict:
     return {"prefix_ids": tensor(group["prefix_ids"]), "suffixes": suffixes, "labels": labels}
 
 
+def is_timing(key: str) -> bool:
+    """A timing entry of the trainer's log history (train_runtime, eval_samples_per_second, ...): kept out of
+    curve.json, which sits in the adapter directory whose content is the student's identity (a retraining with the
+    same data and seed must not rename the student)."""
+    return key.endswith(("_runtime", "_per_second"))
+
+
 def training_report(loss, steps: int, evals: list, train: list[dict], val: list[dict], rows: int, seconds: float,
                     dtype: str) -> dict:
-    """What a model card and report.json say about one adapter's training."""
+    """What a model card and report.json say about one adapter's training; the time it took under ``"timings"``,
+    which the distill stage moves out of the adapter directory."""
     return {"train_loss": round(float(loss), 4) if loss is not None else None, "steps": steps,
             "best_eval_loss": round(min(evals), 4) if evals else None, "train_samples": len(train),
             "val_samples": len(val), "train_tokens": sum(len(s["input_ids"]) for s in train), "train_rows": rows,
-            "train_seconds": seconds, "dtype": dtype}
+            "dtype": dtype, "timings": {"train_seconds": seconds}}
 
 
 def snapshot_saver(snapshots: dict[Path, int], tokenizer, start: float, taken: dict):
@@ -293,7 +302,11 @@ def train_lora(model, tokenizer, train: list[dict], val: list[dict], d: DistillS
         t.add_callback(snapshot_saver(snapshots, tokenizer, time.perf_counter(), taken))
     result = t.train()
     t.save_model(str(out_dir))  # the adapter (the best checkpoint when validating)
-    curve = [{k: v for k, v in row.items()} for row in t.state.log_history]
+    # the directory keeps the model and its card only: the trainer's checkpoints and pickled arguments carry
+    # times and paths, and the directory's content is the student's identity
+    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+    (out_dir / "training_args.bin").unlink(missing_ok=True)
+    curve = [{k: v for k, v in row.items() if not is_timing(k)} for row in t.state.log_history]
     (out_dir / "curve.json").write_text(json.dumps(curve, indent=1))
     evals = [row["eval_loss"] for row in curve if "eval_loss" in row]
     dtype = str(model.dtype).removeprefix("torch.")

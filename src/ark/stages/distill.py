@@ -35,6 +35,7 @@ from ark.stages import clear_errors, launch
 from ark.tracking import log_summary, stage_run
 
 PUBLISHED = ("report.json", "README.md", "curve.json")
+TIMINGS = "timing.json"  # beside the published files, git-ignored (as a published run's)
 GROUPS = ("distill", "dataset", "ablation")  # config groups its results depend on (the teacher run is a file)
 BUILDS = ("retriever", "queries")  # groups whose classes it makes besides (the run spec's: ark.stage_deps)
 
@@ -109,23 +110,28 @@ def run(cfg: DictConfig, model=None, tokenizer=None) -> dict:
         tmps = {name: stack.enter_context(atomic_dir(out)) for name, out in outs.items()}
         report = train_lora(model, tokenizer, train, val, d, tmp, cfg.seed,
                             {tmps[name]: updates[name] for name in budgets} or None)
-        report["seconds"] = round(time.perf_counter() - start, 1)
+        report["timings"]["seconds"] = round(time.perf_counter() - start, 1)
         report["repeated_trajectories"] = collected - len(samples)  # dropped with distill.distinct
         parts = report.pop("snapshots", {})
         cards = {tmp: {"teachers": teacher_cards, "recipe": recipe, "report": report}}
         for name, k in budgets.items():
             cards[tmps[name]] = {"teachers": teacher_cards, "recipe": recipe, "queries_per_teacher_run": k,
                                  "report": {**parts[str(tmps[name])], "of": Path(d.out).name}}
+        # times out of the adapter directory: its content is the student's identity, and a retraining with the
+        # same data and seed is the same student
+        timings = {directory: card["report"].pop("timings") for directory, card in cards.items()}
         for directory, card in cards.items():
             write_json(directory / "report.json", card)
             (directory / "README.md").write_text(model_card(card))
     if d.publish:
-        for out in [Path(d.out), *outs.values()]:
+        for out, directory in [(Path(d.out), tmp), *((outs[name], tmps[name]) for name in budgets)]:
             published = Path(d.publish).parent / out.name if out != Path(d.out) else Path(d.publish)
             published.mkdir(parents=True, exist_ok=True)
             for name in PUBLISHED:
                 shutil.copyfile(out / name, published / name)
-    return {**report, "out": str(d.out), "budgets": {str(outs[name]): updates[name] for name in budgets}}
+            write_json(published / TIMINGS, timings[directory])  # git-ignored
+    return {**report, "timings": timings[tmp], "out": str(d.out),
+            "budgets": {str(outs[name]): updates[name] for name in budgets}}
 
 
 def model_card(card: dict) -> str:
@@ -149,7 +155,8 @@ def model_card(card: dict) -> str:
         f"epoch(s), " + ("checkpoint by validation loss." if rep["val_samples"] else "the last checkpoint."),
         f"- Result: train loss {rep['train_loss']}, "
         + (f"best validation loss {rep['best_eval_loss']}, " if rep["val_samples"] else "")
-        + f"{rep['steps']} steps in {rep.get('seconds', rep['train_seconds'])} s. Curve: `curve.json`.",
+        + f"{rep['steps']} steps. Curve: `curve.json`; the training's times: `{TIMINGS}` beside the published "
+        "report (not part of the student's identity).",
         "- Serve: `backbone=student backbone.local.adapter=<this directory>`.",
         "",
     ])
