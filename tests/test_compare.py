@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ark.cli import main
+from ark.errors import UserError
 from ark.report.compare import compare
 from ark.report.intervals import paired
 from tests.conftest import compose_cfg
@@ -75,8 +76,9 @@ def test_runs_on_other_queries_are_refused_in_one_line_unless_asked(two_runs, ca
 
 @pytest.mark.e2e
 def test_the_published_pair_compares_as_table1_paired_shows_it(tmp_path, shared_dir):
-    """`ark compare` on ARK's and BM25's published case-report runs, regenerated in a fresh copy, prints the
-    difference, interval and p that the committed table1_paired.md prints for that pair."""
+    """`ark compare` on ARK's and BM25's published case-report runs prints the difference, interval and p that the
+    committed table1_paired.md prints for that pair: in a fresh copy with no data (from the shipped scores), and
+    again after regenerating the two runs there."""
     import csv
     import os
     import subprocess
@@ -88,23 +90,29 @@ def test_the_published_pair_compares_as_table1_paired_shows_it(tmp_path, shared_
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(tmp_path / "src"), "ARK_MIRROR": str(shared_dir)}
     pair = ["baseline@phenopackets-lpo-bm25", "evaluate@ark-phenopackets-lpo"]
+    with open(ROOT / "results" / "tables" / "table1_paired.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["compared with"] == "BM25")
+
+    def shows_the_table_cells() -> None:
+        shown = subprocess.run([sys.executable, "-m", "ark.cli", "compare", *pair, "--json", str(tmp_path / "c.json")],
+                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        comparison = json.loads((tmp_path / "c.json").read_text())["comparisons"][0]
+        assert comparison["n"] == int(row["phenopackets n"])
+        for metric, column in (("hit@1", "phenopackets Hit@1 diff"), ("mrr", "phenopackets MRR diff")):
+            e = comparison["difference"][metric]
+            assert [round(e[k], 2) for k in ("value", "lo", "hi")] == [float(row[column + s]) for s in ("", " lo", " hi")]
+            assert round(e["p"], 3) == float(row[column + " p"])
+            cell = f"{float(row[column]):.2f} [{float(row[column + ' lo']):.1f}, {float(row[column + ' hi']):.1f}] " \
+                   f"p={float(row[column + ' p']):.3f}"
+            assert f"{metric:<10} {cell}" in shown.stdout  # as the table's Markdown prints it
+
+    assert not (tmp_path / "data").exists() and not (tmp_path / "results" / "runs" / "evaluate").exists()
+    shows_the_table_cells()  # from results/scores, shipped with the published entries
     repro = subprocess.run([sys.executable, "-m", "dvc", "repro", *pair], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=1800)
     assert repro.returncode == 0, repro.stdout[-3000:] + repro.stderr[-3000:]
-    shown = subprocess.run([sys.executable, "-m", "ark.cli", "compare", *pair, "--json", str(tmp_path / "c.json")],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    with open(ROOT / "results" / "tables" / "table1_paired.csv") as f:
-        row = next(r for r in csv.DictReader(f) if r["compared with"] == "BM25")
-    comparison = json.loads((tmp_path / "c.json").read_text())["comparisons"][0]
-    assert comparison["n"] == int(row["phenopackets n"])
-    for metric, column in (("hit@1", "phenopackets Hit@1 diff"), ("mrr", "phenopackets MRR diff")):
-        e = comparison["difference"][metric]
-        assert [round(e[k], 2) for k in ("value", "lo", "hi")] == [float(row[column + s]) for s in ("", " lo", " hi")]
-        assert round(e["p"], 3) == float(row[column + " p"])
-        cell = f"{float(row[column]):.2f} [{float(row[column + ' lo']):.1f}, {float(row[column + ' hi']):.1f}] " \
-               f"p={float(row[column + ' p']):.3f}"
-        assert f"{metric:<10} {cell}" in shown.stdout  # as the table's Markdown prints it
+    shows_the_table_cells()  # from the regenerated run directories
 
 
 def _rewrite(name: str, change):
@@ -137,6 +145,61 @@ DAMAGED = {  # what a damaged or edited run directory holds -> the file and word
     "scores-unknown-id": (_scores_change(lambda rows: rows[0].update({"id": "not-a-query"})),
                           "scored queries are not in the query set"),
 }
+
+
+def published(run_dir: Path, results: Path) -> Path:
+    """A published entry results/<stage>/<entry>/ of a run directory results/runs/<stage>/<entry>/<run>/."""
+    entry = results / run_dir.parent.parent.name / run_dir.parent.name
+    entry.mkdir(parents=True)
+    for name in ("config.yaml", "metrics.json", "stats.json"):
+        (entry / name).write_bytes((run_dir / name).read_bytes())
+    return entry
+
+
+def test_shipped_scores_compare_as_the_runs_do_where_the_runs_are_gone(two_runs, tmp_path):
+    """The report's shipped scores (unit and question hash per query) are enough for ark compare: the same result
+    as from the run directories, after those are removed."""
+    import shutil
+
+    import yaml
+
+    from ark.report.runs import load_runs
+    from ark.report.shipped import write_shipped
+
+    bm25, rules, overrides = two_runs
+    results = bm25.parent.parent.parent.parent
+    paths = tuple(overrides) + (f"paths.results={results}",)
+    entries = [published(d, results) for d in (bm25, rules)]
+    roots = [results / "runs" / "baseline", results / "runs" / "evaluate"]
+    written = write_shipped(load_runs(roots, paths), roots, results / "scores")
+    assert sorted(p.relative_to(results / "scores").as_posix() for p in written) == [
+        f"baseline/bm25/{bm25.name}.jsonl", f"evaluate/rules/{rules.name}.jsonl"]
+    row = json.loads(written[0].read_text().splitlines()[0])
+    assert set(row) >= {"id", "question", "hit@1", "mrr"} and len(row["question"]) == 16
+    specs = ["baseline@bm25", "evaluate@rules"]
+    here = compare(specs, paths)
+    shutil.rmtree(results / "runs")
+    shipped = compare(specs, paths)
+    assert shipped["comparisons"] == here["comparisons"] and here["comparisons"][0]["n"] == 3
+    assert [r["metrics"] for r in shipped["runs"]] == [r["metrics"] for r in here["runs"]]
+    config = yaml.safe_load((entries[1] / "config.yaml").read_text())
+    config["agent"]["T_max"] += 1  # the entry now names another run
+    (entries[1] / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match="no shipped scores"):  # another run's entry: its shipped file is not there
+        compare(specs, paths)
+
+
+def test_queries_with_the_same_id_but_another_question_are_not_paired(two_runs, capsys):
+    bm25, rules, overrides = two_runs
+    records = rules / "records.jsonl"
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    rows[0]["query"] += " (rewritten)"
+    records.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["compare", str(bm25), str(rules), "--paths", *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "another question" in err and rows[0]["id"][:20] in err
+    (c,) = compare([str(bm25), str(rules)], tuple(overrides), any_queries=True)["comparisons"]
+    assert c["n"] == 2 and c["other_question"] == 1
 
 
 @pytest.mark.parametrize("case", DAMAGED, ids=list(DAMAGED))

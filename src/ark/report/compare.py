@@ -4,16 +4,20 @@ For every metric: each run's mean with its interval, the paired difference (late
 interval and p the report uses for Table 1's paired table (``ark.report.intervals``: the publication is the unit
 resampled for case reports, the query for synthetic queries), how many queries both scored and how many only one did.
 Runs scored on different query sets, splits or graphs are refused unless ``any_queries`` (the difference would then
-compare different questions, or the same questions on graphs that hold different answers).
+compare different questions, or the same questions on graphs that hold different answers), and so are queries
+that share an id but not their question (with ``any_queries``: left out and counted). A run whose directory is not
+here is read from its published entry and shipped scores (``ark.report.shipped.shipped_run``).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ark.build import results_dir
+from pathlib import Path
+
 from ark.errors import UserError
 from ark.report.intervals import METHOD
 from ark.report.runs import load_runs
+from ark.report.shipped import shipped_run
 from ark.report.show import find_run
 from ark.report.tables.cells import estimate, paired_difference
 
@@ -26,11 +30,22 @@ METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 def load(spec: str, overrides: tuple) -> RunData:
     """The finished run ``spec`` names (a run directory, a published entry or ``<stage>@<entry>``), its files checked:
     readable, its scores finite, its metrics the means of its scores, every scored query in its query set."""
-    run_dir = find_run(spec, results_dir(list(overrides)))
-    found = [r for r in load_runs([run_dir], overrides) if r.dir.resolve() == run_dir.resolve()]
-    if not found:
-        raise UserError(f"{spec}: {run_dir} is not a finished run (it has no metrics.json or scores.jsonl)")
-    run = found[0]
+    from ark.config import compose
+
+    cfg = compose(list(overrides))
+    results = Path(cfg.paths.results)
+    try:
+        run_dir = find_run(spec, results)
+    except UserError as missing:
+        entry = published_entry(spec, results)
+        run = shipped_run(entry, Path(cfg.report.scores), tuple(overrides)) if entry else None
+        if run is None:
+            raise UserError(f"{missing} (and no shipped scores of it under {cfg.report.scores})") from None
+    else:
+        found = [r for r in load_runs([run_dir], overrides) if r.dir.resolve() == run_dir.resolve()]
+        if not found:
+            raise UserError(f"{spec}: {run_dir} is not a finished run (it has no metrics.json or scores.jsonl)")
+        run = found[0]
     scores = run.scores
     for m in METRICS:
         mean = sum(row.get(m, 0.0) for row in scores.values()) / len(scores) if scores else 0.0
@@ -42,6 +57,13 @@ def load(spec: str, overrides: tuple) -> RunData:
         raise UserError(f"{run.dir / 'scores.jsonl'}: {len(unknown)} scored queries are not in the query set the run "
                         f"names (first: {unknown[0][:60]!r})")
     return run
+
+
+def published_entry(spec: str, results: Path) -> Path | None:
+    """The published entry ``results/<stage>/<entry>/`` that ``spec`` names (as itself or as ``<stage>@<entry>``)."""
+    stage, at, entry = spec.partition("@")
+    path = results / stage / entry if at and not Path(spec).exists() else Path(spec)
+    return path if (path / "config.yaml").is_file() and (path / "metrics.json").is_file() else None
 
 
 def scored_on(run: RunData) -> dict:
@@ -67,11 +89,18 @@ def compare(specs: list[str], overrides: tuple = (), any_queries: bool = False) 
                                        "metrics": {m: _plain(estimate(r, m), 0.0) for m in METRICS}}
                                       for s, r in zip(specs, runs)], "comparisons": []}
     for spec, run in zip(specs[1:], runs[1:]):
-        diffs = {m: paired_difference(run, first, m) for m in METRICS}
         ids, first_ids = set(run.scores), set(first.scores)
+        asked, first_asked = run.questions(), first.questions()
+        other = sorted(i for i in ids & first_ids if asked.get(i) != first_asked.get(i))
+        if other and not any_queries:
+            raise UserError(f"{spec} and {specs[0]} asked {len(other)} of the queries they share by id another "
+                            f"question (first: {other[0][:60]!r}): not the same questions; --any-queries compares "
+                            f"them anyway, without those")
+        same = ids & first_ids - set(other)
+        diffs = {m: paired_difference(run, first, m, same) for m in METRICS}
         out["comparisons"].append({
             "run": spec, "minus": specs[0], "n": max((n for _, n in diffs.values()), default=0),
-            "only_in_run": len(ids - first_ids), "only_in_first": len(first_ids - ids),
+            "only_in_run": len(ids - first_ids), "only_in_first": len(first_ids - ids), "other_question": len(other),
             "difference": {m: _plain(e) for m, (e, _) in diffs.items()}})
     return out
 
@@ -102,8 +131,9 @@ def text(result: dict) -> str:
         lines.append(f"  [{i}] {r['run']} ({r['scored_on']}): "
                      + "; ".join(f"{m} {_cell(e)}" for m, e in r["metrics"].items()))
     for c in result["comparisons"]:
+        other = f", {c['other_question']} asked as other questions" if c.get("other_question") else ""
         lines.append(f"{c['run']} minus {c['minus']} on the {c['n']} queries both scored "
-                     f"({c['only_in_run']} only in {c['run']}, {c['only_in_first']} only in {c['minus']}):")
+                     f"({c['only_in_run']} only in {c['run']}, {c['only_in_first']} only in {c['minus']}{other}):")
         for m, e in c["difference"].items():
             verdict = "" if e is None else ("  (interval covers 0: not established)" if e["lo"] <= 0 <= e["hi"]
                                             else "")

@@ -3,6 +3,8 @@
 A run directory holds ``config.yaml`` (its identity), ``metrics.json``, ``stats.json``, ``records.jsonl`` and
 ``scores.jsonl`` (``ark.runs.store``). Gold answers and candidates, which the records never hold, come from the
 query files and graph that the stored config names, composed through the project's config (``ark.build``).
+
+A run whose directory is not here can still be read from its shipped scores (``ark.report.shipped``).
 """
 from __future__ import annotations
 
@@ -69,11 +71,35 @@ class RunData:
 
         return units_of(queries_of_run(self.config, self.paths, limit=False))
 
+    def questions(self) -> dict[str, str]:
+        """{query id: ``question_sha256`` of the question the run was asked}, from its records (read line by line,
+        not kept: a report reads every run's)."""
+        if self._records is not None:
+            return {r.id: question_sha256(r.query) for r in self._records}
+        path = self.dir / "records.jsonl"
+        asked = {}
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        row = json.loads(line)
+                        asked[row["id"]] = question_sha256(row["query"])
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as e:
+            raise UserError(f"{path}: not readable records ({_first_line(e)})") from None
+        return asked
+
     def queries(self) -> list[dict]:
         return queries_of_run(self.config, self.paths)
 
     def candidates(self):
         return _candidates(self.config["dataset"]["name"], self.paths, self.config["dataset"].get("kind"))
+
+
+def question_sha256(text: str) -> str:
+    """A question's content as shipped scores and ``ark compare`` pair it: the first 16 hex digits of its sha256."""
+    import hashlib  # here: a module-level import would be in the code fingerprint of every stage that reads runs
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _first_line(error: Exception) -> str:
@@ -108,12 +134,13 @@ def checked_metrics(path: Path) -> dict:
     return metrics
 
 
-def checked_scores(directory: Path) -> dict[str, dict]:
-    """``scores.jsonl`` as ``read_scores`` reads it, or one ``UserError`` naming the file: every row a query id, its
-    flags (``complete``, ``answerable``) true or false and its scores finite numbers in [0, 1]."""
-    path = directory / "scores.jsonl"
+def checked_scores(directory: Path, name: str = "scores.jsonl", scores: dict | None = None) -> dict[str, dict]:
+    """``scores.jsonl`` as ``read_scores`` reads it (or ``scores`` already read from ``name``), or one ``UserError``
+    naming the file: every row a query id, its flags (``complete``, ``answerable``) true or false and its scores
+    finite numbers in [0, 1]."""
+    path = directory / name
     try:
-        scores = read_scores(directory)
+        scores = read_scores(directory) if scores is None else scores
     except (ValueError, RecursionError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
         raise UserError(f"{path}: not readable scores ({_first_line(e)})") from None
     for qid, row in scores.items():

@@ -37,6 +37,7 @@ class ReportSettings:
     notebooks: str
     executed: str
     site: str | None
+    scores: str                # every run's per-query scores, shipped (ark.report.shipped.write_shipped)
     biokg: bool                # false: the STaRK tables only
     graphs: list[str]
     query_sets: list[str]

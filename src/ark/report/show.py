@@ -90,7 +90,8 @@ def find_run(spec: str, results: Path) -> Path:
             run_dir = path.parent.parent / "runs" / path.parent.name / path.name / name
         if (run_dir / "records.jsonl").exists():
             return run_dir
-        raise UserError(f"{spec}: its run directory {run_dir} has no records.jsonl (rerun the stage to get it)")
+        raise UserError(f"{spec}: its run directory {run_dir} is not here (no records.jsonl); `dvc repro "
+                        f"{path.resolve().parent.name}@{path.resolve().name}` regenerates it")
     raise UserError(f"no run at {spec}: expected a run directory (with records.jsonl), a published entry "
                     f"results/<stage>/<entry>/ or <stage>@<entry>")
 

@@ -3,7 +3,8 @@
 ``python -m ark.stages.report`` writes ``results/tables/`` (Tables 1-10 on BioKG, and ``stark_*``: the paper's
 STaRK numbers beside ours), ``results/figures/`` (Figures 2-5), ``results/tables/numbers.json`` (every number of the
 BioKG tables), ``results/metrics/<query set>.json`` (the headline numbers ``dvc metrics show`` prints) and
-``results/notebooks/`` (the notebooks, executed on those files) and ``results/site/`` (every table and figure as a web
+``results/notebooks/`` (the notebooks, executed on those files), ``results/scores/`` (every run's per-query scores,
+shipped: ``ark.report.shipped.write_shipped``) and ``results/site/`` (every table and figure as a web
 page, each row linking to its runs' pages: ``ark.report.site``). Runs are recognised by their stored
 configs (``ark.report``).
 """
@@ -23,6 +24,7 @@ from ark.report.notebook import execute_all
 from ark.report.paper import stark_tables
 from ark.report.page import load_for_page
 from ark.report.runs import graph, load_runs, row_settings
+from ark.report.shipped import write_shipped
 from ark.report.settings import report_settings
 from ark.report.site import write_site
 from ark.report.tables import biokg_tables
@@ -63,10 +65,11 @@ def run(cfg: DictConfig) -> dict:
         metrics_dir.mkdir(parents=True)
         for q, numbers_of_q in headline(numbers.get("table1", {}), r.query_sets, ark_label, r.graph_of).items():
             write_json(metrics_dir / f"{q}.json", numbers_of_q)
+    shipped = write_shipped(runs, r.runs, Path(r.scores))
     if r.site:
         write_site(tables, figures, Path(r.site), lambda run_dir: load_for_page(run_dir, paths))
     notebooks = execute_all(Path(r.notebooks), Path(r.executed)) if r.biokg else []
-    return {"runs": len(runs), "notebooks": [p.name for p in notebooks], "tables": [t.name for t in tables], "figures": [p.name for p in figures],
+    return {"runs": len(runs), "shipped": len(shipped), "notebooks": [p.name for p in notebooks], "tables": [t.name for t in tables], "figures": [p.name for p in figures],
             "tables_dir": str(tables_dir), "figures_dir": str(figures_dir)}
 
 

@@ -60,10 +60,11 @@ def estimate(run: RunData, metric: str, ids=None) -> Estimate | None:
     return e if published is None else replace(e, value=pct(published))
 
 
-def paired_difference(a: RunData, b: RunData, metric: str) -> tuple[Estimate | None, int]:
-    """``a``'s mean ``metric`` minus ``b``'s (x100) on the complete queries both scored, with its paired interval
-    (the same publications drawn for both), and how many queries that is."""
-    common = [i for i in sorted(set(a.scores) & set(b.scores))
+def paired_difference(a: RunData, b: RunData, metric: str, ids=None) -> tuple[Estimate | None, int]:
+    """``a``'s mean ``metric`` minus ``b``'s (x100) on the complete queries both scored (of ``ids`` where given),
+    with its paired interval (the same publications drawn for both), and how many queries that is."""
+    both = set(a.scores) & set(b.scores)
+    common = [i for i in sorted(both if ids is None else both & set(ids))
               if a.scores[i].get("complete", True) and b.scores[i].get("complete", True)]
     if not common:
         return None, 0
