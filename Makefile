@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make repro   install, then the code fingerprints (make deps), then the embedded BioKG pipeline (dvc repro)
 #   make test    install, then run the fast offline tests (unit and contract; make test-e2e: the end-to-end ones)
+# and one says what the next dvc repro would rerun, and why:
+#   make status  the stale stages grouped by cause (code, params/config, data, outputs only) and the count up to date
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +13,7 @@ UV ?= uv
 # requirements/gpu.txt (CUDA torch from PyPI), both resolved from pyproject.toml's ranges and constraints.txt
 LOCK_ARGS := --custom-compile-command 'make lock' pyproject.toml --extra dev --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes
 
-.PHONY: install lock repro check pull deps browser test test-e2e test-all bench
+.PHONY: install lock repro status check pull deps browser test test-e2e test-all bench
 
 $(BIN)/.installed: requirements/cpu.txt requirements/no-deps.txt pyproject.toml
 	rm -rf $(VENV)  # from scratch: a package the lock dropped must not linger
@@ -41,6 +43,12 @@ repro: deps
 	ARK_WANDB_GROUP="$$group" PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro 2>&1 \
 	  | $(BIN)/python -uc 'import sys, time; [print(time.strftime("%H:%M:%S"), l, end="", flush=True) for l in sys.stdin if not (l.startswith("Use `dvc push`") and not sys.argv[1])]' "$$($(BIN)/dvc remote list)" \
 	  | tee "logs/repro/$$group.log"
+
+# the stale stages of dvc.yaml grouped by their most upstream cause, and how many are up to date (ark status: a
+# summary of dvc status; exit 1 when a stage is stale). While a dvc repro runs it fails, naming the stage that repro
+# holds (dvc status cannot read that stage's files meanwhile)
+status: install
+	$(BIN)/ark status
 
 # after `make repro`: every BioKG table cell this clone regenerated against results/expected.json, each within its
 # tolerance (exact where the computation is the same on any CPU); OK only when every cell was regenerated here and holds

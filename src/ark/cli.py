@@ -4,6 +4,7 @@
 ``ark mcp [overrides]``: serve the graph's read-only tools over the Model Context Protocol (stdio).
 ``ark serve [overrides]``: the embedded model or a student as an OpenAI-compatible server (``ark.serve``).
 ``ark compare A B [C …]``: each later run minus the first, per metric, with paired intervals (``ark.report.compare``).
+``ark status [targets]``: the pipeline's stale stages, grouped by cause: code, params/config, data (``ark.status``).
 
 Examples: ``ark ask "Which genes linked to Marfan syndrome enable calcium ion binding?" backbone=rules``,
 ``ark show evaluate@rules-synthetic 0``
@@ -217,7 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the evaluation, e.g. dataset=stark_prime "
                                                 "queries=stark backbone=gpt-4.1")
     p.add_argument("--queries", type=at_least_one, default=3, help="how many first queries to run (at least 1)")
+    p = sub.add_parser("status", help="the pipeline's stale stages, grouped by cause (exit 1 when one is stale)",
+                       description="Summarise `dvc status`: the stale stages grouped by their most upstream cause "
+                                   "(code, params/config, data, outputs only) and the count up to date. Exit 0 when "
+                                   "every stage is up to date, 1 when one is stale, 2 when dvc is missing or fails.")
+    p.add_argument("targets", nargs="*", default=["dvc.yaml"], help="dvc.yaml files or stages (default: dvc.yaml)")
+    p.add_argument("--json", action="store_true", help="print the grouped summary as JSON")
     args = parser.parse_args(argv)
+    if args.command == "status":
+        from ark.status import main as status
+
+        return status(args.targets, args.json)
     try:
         if args.command in ("ask", "compare") and args.json is not None:  # before the work whose result it keeps
             check_output_file(args.json, "--json")
