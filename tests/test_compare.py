@@ -52,7 +52,8 @@ def test_the_cli_prints_the_comparison_and_writes_json(two_runs, capsys, tmp_pat
     printed = capsys.readouterr().out
     written = json.loads(out.read_text())
     hit1 = written["comparisons"][0]["difference"]["hit@1"]
-    assert f"{rules} minus {bm25} on the 3 queries both scored" in printed
+    assert f"{rules} minus {bm25} on the 3 queries both scored" in " ".join(printed.split())  # wrapped prose
+    assert max(map(len, printed.splitlines())) <= max(160, len(str(rules)) + 20)
     assert f"hit@1      {hit1['value']:.2f} [{hit1['lo']:.1f}, {hit1['hi']:.1f}]" in printed
 
 

@@ -131,3 +131,38 @@ def test_node_names_reach_the_terminal_escaped():
     assert "(ORPHA:2)" in text  # each node's source id beside its name: same-named twins differ on screen
     assert not any(line.lstrip().startswith("SYSTEM") for line in lines) and "\\u001b[2J\\nSYSTEM" in text
     assert printable("line one\nline two\x07") == "line one\nline two\\u0007"  # whole texts keep their lines
+
+
+def test_a_gold_nodes_twin_is_marked_and_an_agent_says_why_it_stopped():
+    """A node of the gold's name that is not the gold (an Orphanet twin of an OMIM disease) is marked ≈ with the
+    gold it is a twin of, in the ranking, the observations and the answer; an agent's line says why it ended."""
+    from ark.agent.records import QueryRecord, Trajectory
+    from ark.report.show import TWIN, agent_text, gold_twins, ranking_text, stop_reason
+
+    class Graph:  # a test double: three diseases, two of them named alike, and a gene of that name too
+        name = {0: "Achondroplasia", 1: "achondroplasia ", 2: "Marfan syndrome", 3: "Achondroplasia"}
+        num_nodes = 4
+
+        def type_name(self, v):
+            return "gene/protein" if v == 3 else "disease"
+
+        def source_id(self, v):
+            return f"X:{v}"
+
+    twins = gold_twins(Graph(), {0})
+    assert twins == {1: 0} and gold_twins(None, {0}) == {} and gold_twins(Graph(), set()) == {}
+    record = QueryRecord(id="q", query="x", ranking=[1, 0, 2])
+    lines = ranking_text(record, {"retriever": {"name": "bm25"}}, {0}, Graph(), twins)
+    row = next(line for line in lines if "[1]" in line)
+    assert f" {TWIN} [1]" in row and "twin of gold [0]" in row and TWIN not in next(l for l in lines if "[2]" in l)
+    call = {"id": "c", "type": "function", "function": {"name": "search_in_graph", "arguments": '{"query": "a"}'}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "x"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c", "content": "[1] disease: achondroplasia\n[2] disease: Marfan"}]
+    agent = Trajectory(agent=0, messages=messages, answer=[1], steps=4, context_full=True)
+    text = "\n".join(agent_text(agent, 20, {0}, 8, twins))
+    assert f"{TWIN} [1] disease" in text and f"[1]{TWIN}" in text and "context window was full" in text
+    assert stop_reason(Trajectory(agent=0, messages=[], steps=20), 20) == "stopped at T_max"
+    assert stop_reason(Trajectory(agent=0, messages=[], steps=3, idle_stop=True), 20).startswith("stopped: replies")
+    assert stop_reason(Trajectory(agent=0, messages=[], steps=3, finished=True), 20) == "finished"
+    assert stop_reason(Trajectory(agent=0, messages=[], steps=3, errors=["429"]), 20) == "stopped: a model call failed"

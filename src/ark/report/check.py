@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ark.errors import UserError
 from ark.io import read_json, write_json
+from ark.report.show import prose
 
 ROOT = Path(__file__).resolve().parents[3]
 NUMBERS = ROOT / "results" / "tables" / "numbers.json"
@@ -176,20 +177,20 @@ def _main(argv: list[str]) -> int:
         verdict = "FAIL" if out else "NOT CHECKED" if unexpected else "OK"
         print(f"{table:<{width}}  {cells[table]:>6} {cells[table]:>11} {exact:>6} {within:>6} {out:>7}  {verdict}")
     if stale:
-        print(f"NOT CHECKED: 0 of {total:,} cells regenerated in this clone (0 of {len(counts)} tables): the report "
-              f"stage is not up to date here ({stale}), so {NUMBERS.relative_to(ROOT)} holds the shipped numbers; "
-              "`make repro` regenerates them")
+        print(prose(f"NOT CHECKED: 0 of {total:,} cells regenerated in this clone (0 of {len(counts)} tables): the "
+                    f"report stage is not up to date here ({stale}), so {NUMBERS.relative_to(ROOT)} holds the shipped "
+                    "numbers; `make repro` regenerates them"))
         return 1
     for line in named:
-        print(line)
+        print(prose(line, "    "))
     outside = sum(c[2] for c in counts.values())
     unexpected = sum(c[3] for c in counts.values())
     if outside:
         print(f"FAIL: {outside:,} of {total:,} regenerated cells outside their tolerance")
         return 1
     if unexpected:
-        print(f"NOT CHECKED: {unexpected:,} of {total:,} regenerated cells have no expected value in "
-              f"{EXPECTED.relative_to(ROOT)} (the rest hold); add them with --freeze from a reference run")
+        print(prose(f"NOT CHECKED: {unexpected:,} of {total:,} regenerated cells have no expected value in "
+                    f"{EXPECTED.relative_to(ROOT)} (the rest hold); add them with --freeze from a reference run"))
         return 1
     print(f"OK: all {total:,} cells regenerated in this clone and within their tolerance")
     return 0

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ark.errors import UserError
-from ark.report.intervals import METHOD
+from ark.report.intervals import METHOD, Estimate
 from ark.report.runs import load_runs
 from ark.report.shipped import shipped_run
-from ark.report.show import find_run
+from ark.report.show import find_run, prose
 from ark.report.tables.cells import estimate, paired_difference
+from ark.report.tables.table import cell_text
 
 if TYPE_CHECKING:
     from ark.report.runs import RunData
@@ -115,28 +116,25 @@ def _plain(e, low: float = -100.0) -> dict | None:
     return out
 
 
-def _cell(e: dict | None, with_p: bool = False) -> str:
-    if e is None:
-        return "-"
-    text = f"{e['value']:.2f} [{e['lo']:.1f}, {e['hi']:.1f}]"
-    if not with_p or "p" not in e:
-        return text
-    return text + (f" p={e['p']:.3f}" if e["p"] >= 0.001 else " p<0.001")
+def _cell(e: dict | None) -> str:
+    """An estimate as the report's tables print it (``ark.report.tables.table.cell_text``)."""
+    return "-" if e is None else cell_text(Estimate(**e))
 
 
 def text(result: dict) -> str:
     """The comparison as the terminal shows it (every number x100)."""
     lines = ["runs (each metric x100 with its 95 % interval):"]
     for i, r in enumerate(result["runs"]):
-        lines.append(f"  [{i}] {r['run']} ({r['scored_on']}): "
-                     + "; ".join(f"{m} {_cell(e)}" for m, e in r["metrics"].items()))
+        lines.append(prose(f"  [{i}] {r['run']} ({r['scored_on']}): "
+                           + "; ".join(f"{m} {_cell(e)}" for m, e in r["metrics"].items()), "      "))
     for c in result["comparisons"]:
         other = f", {c['other_question']} asked as other questions" if c.get("other_question") else ""
-        lines.append(f"{c['run']} minus {c['minus']} on the {c['n']} queries both scored "
-                     f"({c['only_in_run']} only in {c['run']}, {c['only_in_first']} only in {c['minus']}{other}):")
+        lines.append(prose(f"{c['run']} minus {c['minus']} on the {c['n']} queries both scored ({c['only_in_run']} "
+                           f"only in {c['run']}, {c['only_in_first']} only in {c['minus']}{other}):", "  "))
         for m, e in c["difference"].items():
             verdict = "" if e is None else ("  (interval covers 0: not established)" if e["lo"] <= 0 <= e["hi"]
                                             else "")
-            lines.append(f"  {m:<10} {_cell(e, True)}{verdict}")
-    lines.append(f"Intervals: {result['method']}.")
+            lines.append(f"  {m:<10} {_cell(e)}{verdict}")
+    lines.append(prose(f"Intervals: {result['method']}. +a/-b: the queries on which the later run scored higher / "
+                       "lower."))
     return "\n".join(lines)

@@ -12,10 +12,16 @@ sizes / n). So an interval never collapses to a point at 0 % or 100 %: 0 of 20 i
 
 A paired comparison (the difference of two methods on the same queries) is a seeded cluster bootstrap: it resamples
 the same units for both, its replicates spread by Hesterberg's expansion for few units (``_expansion``); its p is the
-two-sided bootstrap p of the difference (twice the smaller share of those replicates on either side of 0, at most 1). Where every unit's difference is the same (both methods at 0 % on every query, say)
+two-sided bootstrap p of the difference (twice the smaller share of those replicates on either side of 0, at most 1).
+Its bounds are order statistics of the same replicates, as many left beyond each as a share below 2.5 % allows, so
+the interval excludes 0 exactly when p < 0.05: a p and its interval never disagree (many replicates tied at 0, as
+when one query of 60 differs, give a p far above 0.05 beside a bound just past 0; both say "not established").
+Where every unit's difference is the same (both methods at 0 % on every query, say)
 the replicates cannot vary and the percentile interval is a point; there the interval is Newcombe's square-and-add
 (MOVER) one built from the two methods' own score intervals above, with their correlation across queries (0 where
-either has no variance): both at 0 of 60 independent queries gives about [-6, 6] points, not [0, 0].
+either has no variance): both at 0 of 60 independent queries gives about [-6, 6] points, not [0, 0]; its p is then
+one minus the highest level at which that interval excludes 0. A comparison also counts the queries on which the first
+method scored higher and lower (``better``, ``worse``).
 """
 from __future__ import annotations
 
@@ -42,10 +48,13 @@ class Estimate:
     lo: float
     hi: float
     p: float | None = None
+    better: int | None = None  # a comparison: the queries on which the first method scored higher
+    worse: int | None = None   # and lower
 
     def scaled(self, factor: float, digits: int = 2) -> "Estimate":
         return Estimate(round(self.value * factor, digits), round(self.lo * factor, digits),
-                        round(self.hi * factor, digits), None if self.p is None else round(self.p, 4))
+                        round(self.hi * factor, digits), None if self.p is None else round(self.p, 4),
+                        self.better, self.worse)
 
 
 def _clusters(values, units) -> tuple[np.ndarray, np.ndarray]:
@@ -113,13 +122,14 @@ def paired(a, b, units, seed: int = SEED, replicates: int = REPLICATES, level: f
     if a.shape != b.shape:
         raise ValueError(f"a paired comparison needs one score of each method per query, got {a.shape} and {b.shape}")
     mean, means = _replicates(a - b, units, seed, replicates)
-    means = mean + (means - mean) * _expansion(len(set(map(str, units))), level)
+    means = np.sort(mean + (means - mean) * _expansion(len(set(map(str, units))), level))
     p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
-    tail = (1 - level) / 2
-    lo, hi = np.quantile(means, [tail, 1 - tail])
+    beyond = int(np.ceil((1 - level) / 2 * len(means) - 1e-9)) - 1  # replicates left out on each side: fewer than
+    lo, hi = means[beyond], means[len(means) - 1 - beyond]          # (1 - level) / 2 of them, so lo > 0 iff p < 1 - level
     if hi - lo <= 1e-12:  # no replicate differs: the bootstrap has nothing to say about the spread
         lo, hi = _square_and_add(a, b, units, level)
-    return Estimate(mean, float(lo), float(hi), p)
+        p = _square_and_add_p(a, b, units)
+    return Estimate(mean, float(lo), float(hi), p, int(np.sum(a > b)), int(np.sum(a < b)))
 
 
 def _expansion(k: int, level: float) -> float:
@@ -143,6 +153,24 @@ def _square_and_add(a: np.ndarray, b: np.ndarray, units, level: float) -> tuple[
     lo = diff - np.sqrt(max(down_a ** 2 - 2 * phi * down_a * up_b + up_b ** 2, 0.0))
     hi = diff + np.sqrt(max(up_a ** 2 - 2 * phi * up_a * down_b + down_b ** 2, 0.0))
     return max(-1.0, float(lo)), min(1.0, float(hi))
+
+
+def _square_and_add_p(a: np.ndarray, b: np.ndarray, units) -> float:
+    """One minus the highest level at which Newcombe's interval excludes 0 (it widens with the level): 1 where the
+    means are equal."""
+    def excludes(level: float) -> bool:
+        lo, hi = _square_and_add(a, b, units, level)
+        return lo > 0 or hi < 0
+
+    if a.mean() == b.mean() or not excludes(1e-6):
+        return 1.0
+    inside, outside = 1e-6, 1 - 1e-9  # excludes 0 at the first, not (or barely) at the second
+    if excludes(outside):
+        return 0.0
+    for _ in range(40):
+        middle = (inside + outside) / 2
+        inside, outside = (middle, outside) if excludes(middle) else (inside, middle)
+    return 1 - outside
 
 
 def units_of(queries: list[dict]) -> dict[str, str]:

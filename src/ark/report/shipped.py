@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,3 +87,25 @@ def shipped_run(entry: Path, shipped_dir: Path, paths: tuple = ()) -> ShippedRun
         scores[qid] = row
     run._scores = checked_scores(path.parent, path.name, scores)
     return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ark.report.shipped [overrides]``: the shipped scores of the runs in this clone, written as the
+    report writes them (where the report cannot run: a clone holding only some of its runs)."""
+    from ark.config import compose
+    from ark.report.runs import load_runs
+
+    try:
+        cfg = compose(list(sys.argv[1:] if argv is None else argv))
+        roots, out = list(cfg.report.runs), Path(cfg.report.scores)
+        runs = load_runs(roots, (f"paths.root={cfg.paths.root}", f"paths.data={cfg.paths.data}"))
+        write_shipped(runs, roots, out)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print((out / "README.md").read_text().strip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,7 @@ WIDTH = max(100, shutil.get_terminal_size((160, 24)).columns)
 TOP = 20  # ranking positions shown (a fused ranking has at most 20; a baseline's runs to its depth)
 ARG_CHARS = 70  # a string argument is cut to this many characters
 GOLD = "✓"
+TWIN = "≈"  # a node named as a gold node is, not it (an OMIM disease and its Orphanet twin): scored a miss
 NODE_LINE = re.compile(r"\[(\d+)\]")  # an observation line that lists a node starts with its id
 # what a terminal would act on: C0/C1 controls (ANSI escapes), bidirectional overrides and isolates, zero-width marks
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
@@ -142,6 +143,7 @@ def list_queries(run: str, run_dir: Path, config: dict, records: list[QueryRecor
 def query_text(run_dir: Path, config: dict, position: int, record: QueryRecord, scores: dict | None,
                gold: set[int] | None, graph, max_lines: int) -> str:
     gold_set = gold or set()
+    twins = gold_twins(graph, gold_set)
     lines = [run_header(run_dir, config),
              f"query  #{position} {record.id}",
              *textwrap.wrap(record.query, WIDTH - 7, initial_indent="       ", subsequent_indent="       "),
@@ -150,13 +152,42 @@ def query_text(run_dir: Path, config: dict, position: int, record: QueryRecord, 
                           if scores else "none (no scores.jsonl)")
              + (f"   wall time {record.wall_time:.2f} s" if record.wall_time is not None else "")]
     for agent in record.agents:
-        lines += ["", *agent_text(agent, config["agent"]["T_max"], gold_set, max_lines)]
-    lines += ["", *ranking_text(record, config, gold_set, graph)]
+        lines += ["", *agent_text(agent, config["agent"]["T_max"], gold_set, max_lines, twins)]
+    lines += ["", *ranking_text(record, config, gold_set, graph, twins)]
+    if twins:
+        lines += ["", f"{TWIN} a gold node's twin: another node of the same name, scored a miss"]
     return "\n".join(lines)
 
 
-def agent_text(agent: Trajectory, t_max: int, gold: set[int], max_lines: int) -> list[str]:
-    facts = [f"{agent.steps}/{t_max} steps", "finished" if agent.finished else "not finished",
+def gold_twins(graph, gold: set[int]) -> dict[int, int]:
+    """{node: the gold node it is named as} for the same-named twins of the gold (``ark.report.twins``)."""
+    if graph is None or not gold:
+        return {}
+    from ark.report.twins import twins_of
+
+    twins = twins_of(graph)
+    return {t: g for g in sorted(gold) for t in twins.get(g, ()) if t not in gold}
+
+
+def stop_reason(agent: Trajectory, t_max: int) -> str:
+    """Why an agent's run ended, from its record."""
+    if agent.finished:
+        return "finished"
+    if agent.context_full:
+        return "stopped: the context window was full"
+    if agent.idle_stop:
+        return "stopped: replies in a row without a valid tool call (agent.idle_limit)"
+    if agent.errors:
+        return "stopped: a model call failed"
+    if agent.steps >= t_max:
+        return "stopped at T_max"
+    return "not finished"
+
+
+def agent_text(agent: Trajectory, t_max: int, gold: set[int], max_lines: int,
+               twins: dict[int, int] | None = None) -> list[str]:
+    twins = twins or {}
+    facts = [f"{agent.steps}/{t_max} steps", stop_reason(agent, t_max),
              count(len(agent.answer), "answer node"), f"model {sum(agent.model_time):.2f} s",
              f"tools {sum(agent.tool_time):.3f} s"]
     if agent.prompt_tokens:
@@ -177,12 +208,12 @@ def agent_text(agent: Trajectory, t_max: int, gold: set[int], max_lines: int) ->
             if i < len(calls):
                 lines.append(cut(f"{tag:<8}{call_text(calls[i])}"))
                 tag = ""
-            lines += observation_lines(observation, gold, max_lines)
+            lines += observation_lines(observation, gold, max_lines, twins)
         for call in calls[len(observations):]:  # after finish: not executed
             lines.append(cut(f"{tag:<8}{call_text(call)}   (not executed)"))
             tag = ""
     lines += [f"        model call failed: {e}" for e in agent.errors]
-    answer = " ".join(f"[{v}]{GOLD if v in gold else ''}" for v in agent.answer) or "(empty)"
+    answer = " ".join(f"[{v}]{GOLD if v in gold else TWIN if v in twins else ''}" for v in agent.answer) or "(empty)"
     lines += textwrap.wrap(answer, WIDTH - 8, initial_indent="answer  ", subsequent_indent=" " * 8)
     return lines
 
@@ -207,9 +238,11 @@ def value_text(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def observation_lines(text: str, gold: set[int], max_lines: int) -> list[str]:
+def observation_lines(text: str, gold: set[int], max_lines: int, twins: dict[int, int] | None = None) -> list[str]:
+    twins = twins or {}
     lines = text.splitlines() or ["(empty)"]
-    shown = [f"{'':8}{GOLD if lists(line, gold) else ' '} {line}" for line in lines[:max_lines]]
+    shown = [f"{'':8}{GOLD if lists(line, gold) else TWIN if lists(line, set(twins)) else ' '} {line}"
+             for line in lines[:max_lines]]
     hidden = lines[max_lines:]
     if hidden:
         gold_hidden = sum(lists(line, gold) for line in hidden)
@@ -224,7 +257,9 @@ def lists(line: str, nodes: set[int]) -> bool:
     return m is not None and int(m[1]) in nodes
 
 
-def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph) -> list[str]:
+def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph,
+                 twins: dict[int, int] | None = None) -> list[str]:
+    twins = twins or {}
     if record.agents:
         a = config["agent"]
         title = f"── fused ranking ({a['aggregation']} over {count(len(record.agents), 'agent')})"
@@ -247,7 +282,9 @@ def ranking_text(record: QueryRecord, config: dict, gold: set[int], graph) -> li
         return f"{printable(graph.name[v], newlines=False)} ({printable(graph.source_id(v), newlines=False)})"
 
     def node(rank: str, v: int, score: str = "", note: str = "") -> str:
-        mark = GOLD if v in gold else " "
+        mark = GOLD if v in gold else TWIN if v in twins else " "
+        if v in twins and not note:
+            note = f"twin of gold [{twins[v]}]"
         return cut(f"{rank} {mark} {f'[{v}]':<{id_width + 2}}  {type_name(v):<{type_width}}  {score}"
                    f"{'  ' * bool(score)}{named(v)}"
                    + (f"   {note}" if note else ""))
@@ -274,6 +311,12 @@ def first_seen(record: QueryRecord, v: int) -> str:
 
 def count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def prose(text: str, indent: str = "") -> str:
+    """A sentence or paragraph wrapped to the terminal (``WIDTH``), later lines indented by ``indent``."""
+    return "\n".join(textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_long_words=False,
+                                   break_on_hyphens=False)) or text  # paths and ids stay whole
 
 
 def cut(line: str) -> str:

@@ -65,7 +65,8 @@ class Table:
 
     def blocks(self) -> list[list[int]]:
         """Column indices of each Markdown block: all columns where they fit in ``WIDTH``, else the ``keys`` columns
-        with as many of the next ones (kept together by the query set that starts their name) as fit."""
+        with as many of the next ones (kept together by the query set that starts their name, unless that alone is
+        too wide) as fit."""
         def width(block: list[int]) -> int:
             return 1 + sum(3 + max([len(self.columns[i])] + [len(cell_text(row[i])) for row in self.rows]) for i in block)
 
@@ -82,15 +83,18 @@ class Table:
                 groups.append([i])
         blocks = [list(keys)]
         for group in groups:
-            if len(blocks[-1]) > len(keys) and width(blocks[-1] + group) > WIDTH:
-                blocks.append(list(keys))
-            blocks[-1] += group
+            for part in [group] if width(keys + group) <= WIDTH else [[i] for i in group]:  # a group too wide: split
+                if len(blocks[-1]) > len(keys) and width(blocks[-1] + part) > WIDTH:
+                    blocks.append(list(keys))
+                blocks[-1] += part
         return blocks
 
     def flat(self) -> tuple[list[str], list[list]]:
         """(columns, rows) with each column that holds an ``Estimate`` as its value and bounds (and p where it has
         one): ``<column>``, ``<column> lo``, ``<column> hi`` [, ``<column> p``]."""
-        extra = [("lo", "hi", "p") if any(isinstance(r[i], Estimate) and r[i].p is not None for r in self.rows)
+        extra = [("lo", "hi", "p", "better", "worse") if any(isinstance(r[i], Estimate) and r[i].better is not None
+                                                            for r in self.rows)
+                 else ("lo", "hi", "p") if any(isinstance(r[i], Estimate) and r[i].p is not None for r in self.rows)
                  else ("lo", "hi") if any(isinstance(r[i], Estimate) for r in self.rows) else ()
                  for i in range(len(self.columns))]
         columns = [name for c, more in zip(self.columns, extra) for name in (c, *(f"{c} {m}" for m in more))]
@@ -124,11 +128,20 @@ def cell_text(value) -> str:
     if value is None:
         return ""
     if isinstance(value, Estimate):
-        shown = f"{value.value:.2f} [{value.lo:.1f}, {value.hi:.1f}]"
-        return shown if value.p is None else f"{shown} p={value.p:.3f}"
+        shown = f"{value.value:.2f} [{bound_text(value.lo)}, {bound_text(value.hi)}]"
+        if value.p is not None:
+            shown += f" p={value.p:.3f}"
+        return shown if value.better is None else f"{shown} +{value.better}/-{value.worse}"
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
+
+
+def bound_text(x: float) -> str:
+    """An interval bound to one decimal, or to the first digit that is not 0 where one decimal would print a bound
+    that excludes 0 as 0.0 (beside a p below 0.05 it would look as if the two disagree)."""
+    shown = f"{x:.1f}"
+    return shown if float(shown) != 0 or x == 0 else f"{x:.1g}"
 
 
 def pct(value) -> float | None:
