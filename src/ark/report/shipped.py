@@ -56,7 +56,7 @@ def write_shipped(runs: list[RunData], roots, out_dir: Path) -> list[Path]:
     mib = sum(p.stat().st_size for p in written) / 2 ** 20
     (out_dir / "README.md").write_text(
         f"**Shipped per-query scores**: {len(written)} runs, {rows:,} scored queries, {mib:.1f} MiB in "
-        f"`{out_dir.name}/<stage>/<entry>/<run>.jsonl`. A row: the query id, its question's content hash (sha256, first "
+        f"`{out_dir.parent.name}/{out_dir.name}/<stage>/<entry>/<run>.jsonl`. A row: the query id, its question's content hash (sha256, first "
         "16 hex digits), its unit (the cluster its intervals resample, where it is not the id) and its scores. "
         "`ark compare` reads them where a run directory is not here.\n")
     return written
