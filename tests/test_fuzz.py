@@ -112,3 +112,33 @@ def test_a_run_file_of_any_content_is_read_or_refused_in_one_line(tmp_path_facto
             read_mapping(d / name, name)
     except UserError as e:
         assert str(d / name) in str(e) and "\n" not in str(e)
+
+
+shipped_rows = st.lists(st.fixed_dictionaries({}, optional={"id": json_values, "question": json_values,
+                                                            "unit": json_values, "hit@1": json_values}), max_size=3)
+
+
+@FUZZ
+@given(content=st.binary(max_size=200) | shipped_rows.map(lambda rows: b"\n".join(map(dumps, rows))))
+def test_a_shipped_scores_file_of_any_content_is_read_or_refused_in_one_line(tmp_path_factory, content):
+    """ark compare's shipped scores (a published entry's run from results/scores) read the same way."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    from ark.report.shipped import shipped_run
+    from ark.runs.identity import run_name
+    from tests.conftest import ROOT
+
+    root = Path(tmp_path_factory.mktemp("results"))
+    entry = root / "baseline" / "phenopackets-lpo-bm25"
+    shutil.copytree(ROOT / "results" / "baseline" / "phenopackets-lpo-bm25", entry)
+    path = root / "scores" / "baseline" / "phenopackets-lpo-bm25"
+    path.mkdir(parents=True)
+    path /= f"{run_name(yaml.safe_load((entry / 'config.yaml').read_text()))}.jsonl"
+    path.write_bytes(content)
+    try:
+        shipped_run(entry, root / "scores")
+    except UserError as e:
+        assert str(path) in str(e) and "\n" not in str(e)
