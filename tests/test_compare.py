@@ -175,6 +175,9 @@ def test_shipped_scores_compare_as_the_runs_do_where_the_runs_are_gone(two_runs,
     written = write_shipped(load_runs(roots, paths), roots, results / "scores")
     assert sorted(p.relative_to(results / "scores").as_posix() for p in written) == [
         f"baseline/bm25/{bm25.name}.jsonl", f"evaluate/rules/{rules.name}.jsonl"]
+    assert write_shipped(load_runs(roots[:1], paths), roots[:1], results / "scores", replace=False) == written[:1]
+    assert all(p.is_file() for p in written)  # a clone holding only some runs keeps the others' shipped scores
+    assert "2 runs" in (results / "scores" / "README.md").read_text()
     row = json.loads(written[0].read_text().splitlines()[0])
     assert set(row) >= {"id", "question", "hit@1", "mrr"} and len(row["question"]) == 16
     specs = ["baseline@bm25", "evaluate@rules"]

@@ -139,7 +139,7 @@ def test_a_shipped_scores_file_of_any_content_is_read_or_refused_in_one_line(tmp
     path /= f"{run_name(yaml.safe_load((entry / 'config.yaml').read_text()))}.jsonl"
     path.write_bytes(content)
     try:
-        shipped_run(entry, root / "scores")
+        shipped_run(entry)
     except UserError as e:
         assert str(path) in str(e) and "\n" not in str(e)
 

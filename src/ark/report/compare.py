@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 
 from pathlib import Path
 
+from ark.build import results_dir
 from ark.errors import UserError
 from ark.report.intervals import METHOD, Estimate
 from ark.report.runs import load_runs
-from ark.report.shipped import shipped_run
+from ark.report.shipped import shipped_dir, shipped_run
 from ark.report.show import find_run, prose
 from ark.report.tables.cells import estimate, paired_difference
 from ark.report.tables.table import cell_text
@@ -31,17 +32,15 @@ METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 def load(spec: str, overrides: tuple) -> RunData:
     """The finished run ``spec`` names (a run directory, a published entry or ``<stage>@<entry>``), its files checked:
     readable, its scores finite, its metrics the means of its scores, every scored query in its query set."""
-    from ark.config import compose
-
-    cfg = compose(list(overrides))
-    results = Path(cfg.paths.results)
+    results = results_dir(list(overrides))
     try:
         run_dir = find_run(spec, results)
     except UserError as missing:
         entry = published_entry(spec, results)
-        run = shipped_run(entry, Path(cfg.report.scores), tuple(overrides)) if entry else None
+        run = shipped_run(entry, tuple(overrides)) if entry else None
         if run is None:
-            raise UserError(f"{missing} (and no shipped scores of it under {cfg.report.scores})") from None
+            where = f" under {shipped_dir(entry)}" if entry else ""
+            raise UserError(f"{missing} (and no shipped scores of it{where})") from None
     else:
         found = [r for r in load_runs([run_dir], overrides) if r.dir.resolve() == run_dir.resolve()]
         if not found:

@@ -83,6 +83,8 @@ class RunData:
                 for line in f:
                     if line.strip():
                         row = json.loads(line)
+                        if not isinstance(row.get("query"), str):
+                            raise ValueError(f"a record's query is {str(row.get('query'))[:40]!r}, not text")
                         asked[row["id"]] = question_sha256(row["query"])
         except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError) as e:
             raise UserError(f"{path}: not readable records ({_first_line(e)})") from None

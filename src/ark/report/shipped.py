@@ -35,40 +35,60 @@ class ShippedRun(RunData):
                         f"{self.dir.parent.name}@{self.dir.name}` regenerates its run directory")
 
 
-def write_shipped(runs: list[RunData], roots, out_dir: Path) -> list[Path]:
+def write_shipped(runs: list[RunData], roots, out_dir: Path, replace: bool = True) -> list[Path]:
     """Every run's per-query scores to ``out_dir/<root's name>/<path under its root>.jsonl``, each row the query id,
     its unit (left out where it is the id) and question hash, then its scores, and a README.md saying how many and
-    how large; what was there before is removed."""
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
+    how large. ``replace``: what was there before is removed (the report, which reads every run); else only the
+    other runs' files in the entries written (a clone holding some of the runs keeps the others' shipped scores)."""
+    if replace:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for run in runs:
         root = next(Path(r) for r in roots if run.dir.resolve().is_relative_to(Path(r).resolve()))
         path = out_dir / root.name / f"{run.dir.resolve().relative_to(root.resolve())}.jsonl"
         units, questions = run.units(), run.questions()
+        missing = [qid for qid in run.scores if qid not in units or qid not in questions]
+        if missing:
+            raise UserError(f"{run.dir}: {len(missing)} scored queries are not in its query set or records (first: "
+                            f"{missing[0][:60]!r})")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             for qid, row in run.scores.items():
                 unit = {"unit": units[qid]} if units[qid] != qid else {}
                 f.write(json.dumps({"id": qid, **unit, "question": questions[qid], **row}, separators=(",", ":")) + "\n")
         written.append(path)
-    rows = sum(len(run.scores) for run in runs)
-    mib = sum(p.stat().st_size for p in written) / 2 ** 20
+    for entry in {p.parent for p in written}:  # an entry's earlier runs
+        for old in set(entry.glob("*.jsonl")) - set(written):
+            old.unlink()
+    shipped = sorted(out_dir.rglob("*.jsonl"))
+    rows = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in shipped)
+    mib = sum(p.stat().st_size for p in shipped) / 2 ** 20
     (out_dir / "README.md").write_text(
-        f"**Shipped per-query scores**: {len(written)} runs, {rows:,} scored queries, {mib:.1f} MiB in "
-        f"`{out_dir.parent.name}/{out_dir.name}/<stage>/<entry>/<run>.jsonl`. A row: the query id, its question's content hash (sha256, first "
-        "16 hex digits), its unit (the cluster its intervals resample, where it is not the id) and its scores. "
-        "`ark compare` reads them where a run directory is not here.\n")
+        f"**Shipped per-query scores**: {len(shipped)} runs, {rows:,} scored queries, {mib:.1f} MiB in "
+        f"`{out_dir.parent.name}/{out_dir.name}/<stage>/<entry>/<run>.jsonl`. A row: the query id, its question's "
+        "content hash (sha256, first 16 hex digits), its unit (the cluster its intervals resample, where it is not "
+        "the id) and its scores. `ark compare` reads them where a run directory is not here.\n")
     return written
 
 
-def shipped_run(entry: Path, shipped_dir: Path, paths: tuple = ()) -> ShippedRun | None:
+def shipped_dir(entry: Path) -> Path:
+    """Where the shipped scores of a published entry ``<results>/<stage>/<entry>/`` are: ``<results>/scores`` (the
+    report's ``report.scores``; STaRK's results/stark/scores)."""
+    return entry.parent.parent / "scores"
+
+
+def shipped_run(entry: Path, paths: tuple = ()) -> ShippedRun | None:
     """The run of a published entry ``results/<stage>/<entry>/`` from its shipped scores (the run its stored config
     names), or None where none were shipped."""
     from ark.runs.identity import run_name
 
     config = read_mapping(entry / "config.yaml", "run config")
-    path = shipped_dir / entry.parent.name / entry.name / f"{run_name(config)}.jsonl"
+    try:
+        name = run_name(config)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise UserError(f"{entry / 'config.yaml'}: not a run's config ({_first_line(e)})") from None
+    path = shipped_dir(entry) / entry.parent.name / entry.name / f"{name}.jsonl"
     if not path.is_file():
         return None
     run = ShippedRun(entry, config, checked_metrics(entry / "metrics.json"),
@@ -99,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = compose(list(sys.argv[1:] if argv is None else argv))
         roots, out = list(cfg.report.runs), Path(cfg.report.scores)
         runs = load_runs(roots, (f"paths.root={cfg.paths.root}", f"paths.data={cfg.paths.data}"))
-        write_shipped(runs, roots, out)
+        write_shipped(runs, roots, out, replace=False)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
