@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make repro   install, then the code fingerprints (make deps), then the embedded BioKG pipeline (dvc repro)
 #   make test    install, then run the fast offline tests (unit and contract; make test-e2e: the end-to-end ones)
-# and one says what the next dvc repro would rerun, and why:
+# and one says which stages are stale by their own inputs, and why (what depends on them reruns too):
 #   make status  the stale stages grouped by cause (code, params/config, data, outputs only) and the count up to date
 SHELL := /bin/bash
 VENV ?= .venv
