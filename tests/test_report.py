@@ -324,3 +324,21 @@ def test_the_behaviour_table_reads_what_each_trajectory_did_and_no_gold(tmp_path
                     {"query": "q2", "global_calls": 0, "neighborhood": [], "steps": 1, "first_answer": None}]
     assert neighborhood_types("not json") == "any" and neighborhood_types({"node_type": []}) == "any"
     assert neighborhood_types({"node_type": 5}) == "any" and neighborhood_types({"node_type": ["drug", 5]}) == "drug"
+
+
+def test_a_paired_cell_prints_its_counts_and_a_bound_never_hides_its_side_of_0():
+    """cell_text: +a/-b after p; a bound of 0.04 prints as 0.04, not 0.0 (beside p < 0.05 it would look like a
+    disagreement); flat() gives the counts their own CSV columns; blocks() splits a query set too wide for one."""
+    from ark.report.intervals import Estimate
+    from ark.report.tables.table import Table, bound_text, cell_text
+
+    assert cell_text(Estimate(2.0, 0.04, 4.1, 0.03, 5, 1)) == "2.00 [0.04, 4.1] p=0.030 +5/-1"
+    assert cell_text(Estimate(2.0, -0.3, 4.1)) == "2.00 [-0.3, 4.1]"
+    assert (bound_text(0.0), bound_text(-0.004), bound_text(12.34)) == ("0.0", "-0.004", "12.3")
+    t = Table("t", "title", ["method", "x diff"], keys=1)
+    t.add(["a", Estimate(2.0, 0.5, 4.0, 0.01, 3, 0)])
+    assert t.flat() == (["method", "x diff", "x diff lo", "x diff hi", "x diff p", "x diff better", "x diff worse"],
+                        [["a", 2.0, 0.5, 4.0, 0.01, 3, 0]])
+    wide = Table("w", "title", ["method"] + [f"phenopackets column {i} " + "y" * 40 for i in range(6)], keys=1)
+    wide.add(["a"] + [1.0] * 6)
+    assert len(wide.blocks()) > 1 and max(map(len, wide.markdown().splitlines())) <= 200
