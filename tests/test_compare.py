@@ -108,7 +108,10 @@ def test_the_published_pair_compares_as_table1_paired_shows_it(tmp_path, shared_
                    f"p={float(row[column + ' p']):.3f}"
             assert f"{metric:<10} {cell}" in shown.stdout  # as the table's Markdown prints it
 
-    assert not (tmp_path / "data").exists() and not (tmp_path / "results" / "runs" / "evaluate").exists()
+    data = [p for d in ("graph", "index", "queries") for p in (tmp_path / "data" / d).rglob("*")
+            if p.is_file() and p.name != ".gitignore"]
+    runs = [p for p in (tmp_path / "results" / "runs").rglob("*") if p.is_file() and p.name != ".gitignore"]
+    assert not data and not runs  # no graph, no run directory
     shows_the_table_cells()  # from results/scores, shipped with the published entries
     repro = subprocess.run([sys.executable, "-m", "dvc", "repro", *pair], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=1800)
