@@ -19,7 +19,7 @@ from ark.errors import UserError
 from ark.report.intervals import METHOD, Estimate
 from ark.report.runs import load_runs
 from ark.report.shipped import shipped_dir, shipped_run
-from ark.report.show import find_run, prose
+from ark.report.show import STAGE_ENTRY, find_run, prose
 from ark.report.tables.cells import estimate, paired_difference
 from ark.report.tables.table import cell_text
 
@@ -61,8 +61,8 @@ def load(spec: str, overrides: tuple) -> RunData:
 
 def published_entry(spec: str, results: Path) -> Path | None:
     """The published entry ``results/<stage>/<entry>/`` that ``spec`` names (as itself or as ``<stage>@<entry>``)."""
-    stage, at, entry = spec.partition("@")
-    path = results / stage / entry if at and not Path(spec).exists() else Path(spec)
+    named = STAGE_ENTRY.fullmatch(spec)
+    path = results / named[1] / named[2] if named and not Path(spec).exists() else Path(spec)
     return path if (path / "config.yaml").is_file() and (path / "metrics.json").is_file() else None
 
 

@@ -34,6 +34,7 @@ TOP = 20  # ranking positions shown (a fused ranking has at most 20; a baseline'
 ARG_CHARS = 70  # a string argument is cut to this many characters
 GOLD = "✓"
 TWIN = "≈"  # a node named as a gold node is, not it (an OMIM disease and its Orphanet twin): scored a miss
+STAGE_ENTRY = re.compile(r"(\w+)@([\w.-]+)")  # <stage>@<entry>, as dvc.yaml names a foreach entry
 NODE_LINE = re.compile(r"\[(\d+)\]")  # an observation line that lists a node starts with its id
 # what a terminal would act on: C0/C1 controls (ANSI escapes), bidirectional overrides and isolates, zero-width marks
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
@@ -75,7 +76,7 @@ def show(run: str, query: str | None = None, max_lines: int = 8, overrides: list
 def find_run(spec: str, results: Path) -> Path:
     """The run directory ``spec`` names (see the module docstring); ``results``: where ``<stage>@<entry>`` lives."""
     path = Path(spec)
-    stage_entry = re.fullmatch(r"(\w+)@([\w.-]+)", spec)
+    stage_entry = STAGE_ENTRY.fullmatch(spec)
     if not path.exists() and stage_entry:
         path = results / stage_entry[1] / stage_entry[2]
         if not path.exists():
