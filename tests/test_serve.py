@@ -2,6 +2,8 @@
 
 The model is a tiny random Llama with SmolLM2's tokenizer (a test double standing in for the 135M weights, so the
 test is quick); the server, the routes, the request handling and the tool-call decoding are the product's."""
+import contextlib
+import json
 import threading
 
 import pytest
@@ -26,39 +28,103 @@ def tiny_local(tokenizer):
     return LocalChatModel.from_model(LlamaForCausalLM(config).eval(), tokenizer)
 
 
+class ScriptedModel:
+    """A test double for the served model: every reply calls ``search`` with the last message's text."""
+
+    def generate(self, request: dict) -> dict:
+        from ark.llm.server import chat_completion
+
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": "search", "arguments": json.dumps({"query": request["messages"][-1]["content"]})}}
+        return chat_completion(request.get("model") or "smollm2", {"role": "assistant", "content": None,
+                                                               "tool_calls": [call]}, "tool_calls", 7, 5)
+
+    def check_size(self, body: dict) -> dict:
+        return body
+
+    def cancel(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def served(model, monkeypatch, tmp_path, *overrides):
+    """``ark serve overrides`` in a thread with ``model`` standing in for the embedded one: (its URL, its name,
+    the settings the model was built with); the server has stopped when the block ends."""
+    built = {}
+    monkeypatch.setattr("ark.llm.local.LocalChatModel", lambda **kw: built.update(kw) or model)
+    ready, stop = {}, threading.Event()
+    thread = threading.Thread(target=serve, args=([*overrides, f"paths.root={tmp_path}"], "127.0.0.1", 0),
+                              kwargs={"ready": lambda url, name: ready.update(url=url, name=name), "stop": stop})
+    thread.start()
+    try:
+        for _ in range(600):
+            if ready or not thread.is_alive():
+                break
+            threading.Event().wait(0.05)
+        yield ready["url"], ready["name"], built
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_the_openai_client_streams_replies_with_and_without_tool_calls(tiny_local, monkeypatch, tmp_path, capfd):
+    from openai import OpenAI
+
+    with served(tiny_local, monkeypatch, tmp_path) as (url, name, _):
+        client = OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+        whole = client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=12, seed=3)
+        events = list(client.chat.completions.create(model=name, messages=MESSAGES, max_tokens=12, seed=3,
+                                                     stream=True, stream_options={"include_usage": True}))
+    assert "".join(e.choices[0].delta.content or "" for e in events if e.choices) == whole.choices[0].message.content
+    assert [e.choices[0].finish_reason for e in events if e.choices][-1] == whole.choices[0].finish_reason
+    assert events[-1].usage.completion_tokens == whole.usage.completion_tokens  # asked for with include_usage
+    log = capfd.readouterr().err.splitlines()
+    assert any(line.endswith(" ms") and "POST /v1/chat/completions 200" in line and "tokens streamed" in line
+               for line in log), log
+
+    with served(ScriptedModel(), monkeypatch, tmp_path) as (url, name, _):
+        client = OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
+        events = list(client.chat.completions.create(model=name, messages=MESSAGES, stream=True,
+                                                     tools=[{"type": "function", "function": {"name": "search"}}]))
+    calls = [call for e in events for call in e.choices[0].delta.tool_calls or []]
+    assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        (0, "search", {"query": MESSAGES[-1]["content"]})]
+    assert events[-1].choices[0].finish_reason == "tool_calls" and events[-1].usage is None  # not asked for
+
+
+@pytest.mark.parametrize("body, status", [({"stream": "yes"}, 400), ({"stream_options": {"include_usage": 2}}, 400),
+                                          ({"stream": None}, 200)])
+def test_stream_settings_are_validated_and_legacy_completions_are_refused(body, status, monkeypatch, tmp_path):
+    import httpx
+
+    with served(ScriptedModel(), monkeypatch, tmp_path) as (url, name, _):
+        reply = httpx.post(f"{url}/chat/completions", json={"messages": MESSAGES, **body}, timeout=30)
+        legacy = httpx.post(f"{url}/completions", json={"model": name, "prompt": "Hello"}, timeout=30)
+    assert reply.status_code == status, reply.text
+    assert status == 200 or reply.json()["error"]["type"] == "invalid_request_error"
+    assert legacy.status_code == 404 and "/v1/chat/completions" in legacy.json()["error"]["message"]
+
+
 def test_a_student_is_served_to_the_openai_client_under_its_own_name(tiny_local, monkeypatch, tmp_path):
     from openai import OpenAI
 
     from ark.tools.toolbox import Toolbox
 
-    built = {}
-    monkeypatch.setattr("ark.llm.local.LocalChatModel", lambda **kw: built.update(kw) or tiny_local)
     adapter = tmp_path / "my-student"
     adapter.mkdir()
-    ready, stop = {}, threading.Event()
-    server = threading.Thread(target=serve, args=(["backbone=student", f"backbone.local.adapter={adapter}",
-                                                   f"paths.root={tmp_path}"], "127.0.0.1", 0),
-                              kwargs={"ready": lambda url, name: ready.update(url=url, name=name), "stop": stop})
-    server.start()
-    try:
-        for _ in range(600):
-            if ready or not server.is_alive():
-                break
-            threading.Event().wait(0.05)
-        assert ready["name"] == "smollm2-my-student"
+    with served(tiny_local, monkeypatch, tmp_path, "backbone=student", f"backbone.local.adapter={adapter}") as (
+            url, name, built):
+        assert name == "smollm2-my-student"
         assert built["adapter"] == str(adapter) and built["constrained"] is False  # the student's own settings
         assert built["decode_rows"] == 8  # SERVE_ROWS
-        client = OpenAI(base_url=ready["url"], api_key="none", max_retries=0, timeout=60)
+        client = OpenAI(base_url=url, api_key="none", max_retries=0, timeout=60)
         assert [m.id for m in client.models.list().data] == ["smollm2-my-student"]
         tools = Toolbox(tiny_graph(), tiny_index(tiny_graph())).schemas()
         reply = client.chat.completions.create(model="smollm2-my-student", messages=MESSAGES, max_tokens=30, seed=1,
                                                tools=tools)
         assert reply.model == "smollm2-my-student" and reply.choices[0].message.role == "assistant"
         assert reply.usage.prompt_tokens > 0 and reply.usage.completion_tokens > 0
-    finally:
-        stop.set()
-        server.join(timeout=30)
-    assert not server.is_alive()
 
 
 def test_a_model_it_cannot_serve_is_one_line(capsys, tmp_path):

@@ -4,11 +4,21 @@ The same model and server a stage starts on loopback for ``backbone=local_smollm
 (``ark.llm.local``, ``ark.llm.server``: ``GET /v1/models``, ``POST /v1/chat/completions`` with tools, and the
 server's limits against misbehaving clients, ``llm.server``), here kept up until Ctrl-C so that another tool, a
 script or another clone's run can reach it by URL.
+
+What ``ark serve`` adds to that server, for clients written against OpenAI's API (``OpenAISurface``): ``"stream":
+true`` answered with server-sent events (``chat.completion.chunk`` objects, tool calls included, ``[DONE]`` last;
+the events go out once the reply is decoded whole, the embedded model does not emit tokens as it decodes them),
+``POST /v1/completions`` refused with a pointer to chat completions (the model is served with its chat template
+only), and one log line per request on stderr (time, route, status, tokens in and out, milliseconds).
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import json
+import sys
 import threading
+import time
 from pathlib import Path
 
 from ark.errors import UserError
@@ -118,6 +128,121 @@ def check_port(host: str, port: int) -> None:
         raise UserError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}") from None
 
 
+# the request being answered: what ``streamed``'s check found in its body, read back by ``OpenAISurface``
+REQUEST: contextvars.ContextVar[dict] = contextvars.ContextVar("ark_serve_request")
+
+
+def streamed(check):
+    """The server's request check (``body -> body``) taking OpenAI's ``stream`` and ``stream_options`` off the body
+    first, validated, and noting them for ``OpenAISurface``: the model answers the rest of the request."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from ark.llm.schema import RequestError
+
+    class StreamOptions(BaseModel):
+        model_config = ConfigDict(extra="allow", strict=True)
+        include_usage: bool = False
+
+    class Streaming(BaseModel):
+        model_config = ConfigDict(strict=True)
+        stream: bool | None = None
+        stream_options: StreamOptions | None = None
+
+    def check_streamed(body):
+        if not isinstance(body, dict):
+            return check(body)
+        try:
+            asked = Streaming.model_validate({k: body[k] for k in ("stream", "stream_options") if k in body})
+        except ValidationError as e:
+            first = e.errors(include_url=False, include_input=False)[0]
+            raise RequestError(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        noted = REQUEST.get(None)
+        if noted is not None:
+            noted.update(stream=bool(asked.stream),
+                         usage=bool(asked.stream and asked.stream_options and asked.stream_options.include_usage))
+        return check({k: v for k, v in body.items() if k not in ("stream", "stream_options")})
+    return check_streamed
+
+
+def chunks(completion: dict, usage: bool) -> bytes:
+    """A ``chat.completion`` as the server-sent events of a streamed one: the role and content, each tool call,
+    the finish reason, the usage when asked for (``stream_options.include_usage``), ``[DONE]``."""
+    head = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice["message"]
+    deltas = [{"role": "assistant", "content": message.get("content") or ""}]
+    deltas += [{"tool_calls": [{"index": i, "id": call["id"], "type": "function", "function": call["function"]}]}
+               for i, call in enumerate(message.get("tool_calls") or [])]
+    events = [head | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    events.append(head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    if usage:
+        events.append(head | {"choices": [], "usage": completion["usage"]})
+    return b"".join(f"data: {json.dumps(event)}\n\n".encode() for event in events) + b"data: [DONE]\n\n"
+
+
+class OpenAISurface:
+    """The ASGI app ``ark serve`` runs around its chat server's: streaming, the legacy completions route refused,
+    a log line per request (``log``, default stderr)."""
+
+    def __init__(self, app, log=None):
+        self.app = app
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"].rstrip("/")
+        started, noted = time.monotonic(), {"stream": False, "usage": False}
+        status, held = [0], []  # a chat reply is held whole: sent as it is, or as events
+        chat = scope["method"] == "POST" and path.endswith("/chat/completions")
+
+        async def forward(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                if chat and status[0] == 200:
+                    return held.append(message)
+            elif held:
+                held.append(message)
+                if message.get("more_body"):
+                    return
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                completion = json.loads(body)
+                noted["tokens"] = completion.get("usage") or {}
+                if noted["stream"]:
+                    body = chunks(completion, noted["usage"])
+                    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+                else:
+                    headers = [(k, v) for k, v in held[0]["headers"] if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(body)).encode()))
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                return await send({"type": "http.response.body", "body": body})
+            await send(message)
+
+        token = REQUEST.set(noted)
+        try:
+            if scope["method"] == "POST" and path.endswith("/completions") and not chat:
+                await self.refuse(send)
+                status[0] = 404
+            else:
+                await self.app(scope, receive, forward)
+        finally:
+            REQUEST.reset(token)
+            tokens = noted.get("tokens")
+            self.log(" ".join([time.strftime("%H:%M:%S"), scope["method"], scope["path"], str(status[0]),
+                               *([f"{tokens.get('prompt_tokens', 0)}+{tokens.get('completion_tokens', 0)} tokens"]
+                                 if tokens else []), *(["streamed"] if noted["stream"] and tokens else []),
+                               f"{(time.monotonic() - started) * 1000:.0f} ms"]))
+
+    @staticmethod
+    async def refuse(send):
+        body = json.dumps({"error": {"message": "ark serve answers chat completions only (the model is served with "
+                                                "its chat template): POST /v1/chat/completions",
+                                     "type": "invalid_request_error", "code": 404}}).encode()
+        await send({"type": "http.response.start", "status": 404,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def server(overrides: list[str], host: str, port: int):
     """(the server, not yet started; the served backbone) for ``overrides`` (default: the
     embedded model, decoding as many requests together as a default run keeps in flight, each reply at most the
@@ -143,10 +268,12 @@ def server(overrides: list[str], host: str, port: int):
     try:
         chat = ChatServer(capped(model.generate, backbone.max_tokens), host=host, port=port, model_name=name,
                           workers=max(backbone.local.decode_rows, in_flight(cfg)), max_queue=64, keep_abandoned=True,
-                          on_exit=model.cancel, check=lambda body: model.check_size(check_chat_request(body, name)),
+                          on_exit=model.cancel,
+                          check=streamed(lambda body: model.check_size(check_chat_request(body, name))),
                           **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    chat.uvicorn.config.app = OpenAISurface(chat.uvicorn.config.app)  # uvicorn loads its app when it starts
     return chat, backbone
 
 
