@@ -24,12 +24,20 @@ scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value
            | st.sampled_from(["\ud800", "a\udfffb", "", "auto", "function", "user", "tool"]))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-FIELDS = ["model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "stream", "n"]
+FIELDS = ["model", "messages", "tools", "tool_choice", "temperature", "top_p", "seed", "max_tokens", "stream",
+          "stream_options", "n"]
 messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]) | json_values},
                                           optional={"content": json_values, "tool_calls": json_values,
                                                     "tool_call_id": json_values, "name": json_values}), max_size=3)
 bodies = st.fixed_dictionaries({"messages": messages | json_values},
-                               optional={k: json_values for k in FIELDS if k != "messages"})
+                               optional={k: json_values for k in FIELDS if k != "messages"}
+                               | {"stream": st.booleans() | json_values})
+# requests the schema admits, streamed, with any stream_options
+plain_messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]),
+                                                "content": st.text(max_size=20)}), min_size=1, max_size=3)
+streaming = st.fixed_dictionaries({"messages": plain_messages, "stream": st.just(True)},
+                                  optional={"stream_options": st.fixed_dictionaries(
+                                      {}, optional={"include_usage": st.booleans() | json_values}) | json_values})
 
 
 def dumps(value) -> bytes:
@@ -39,8 +47,10 @@ def dumps(value) -> bytes:
 
 @pytest.fixture(scope="module")
 def chat_server():
+    """``ark serve``'s server (its schema, streaming and log) around a scripted model (a test double)."""
     from ark.llm.schema import check_chat_request
-    from ark.llm.server import ChatServer, chat_completion
+    from ark.llm.server import chat_completion
+    from ark.serve import openai_server
 
     calls = []
 
@@ -48,20 +58,26 @@ def chat_server():
         calls.append(request)
         return chat_completion("slow", {"role": "assistant", "content": "ok"}, "stop", 1, 1)
 
-    with ChatServer(generate, check=lambda b: check_chat_request(b, "slow")) as server:
+    with openai_server(generate, lambda b: check_chat_request(b, "slow"), log=lambda line: None) as server:
         yield server, calls
 
 
 @FUZZ
-@given(body=bodies | json_values.map(lambda v: {"messages": v}) | json_values)
+@given(body=bodies | streaming | json_values.map(lambda v: {"messages": v}) | json_values)
 def test_serve_answers_every_body_with_a_reply_or_a_4xx_json_error(chat_server, body):
     server, calls = chat_server
     req = urllib.request.Request(server.url + "/chat/completions", dumps(body), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            status, answer = r.status, json.load(r)
+            status, streamed, raw = r.status, r.headers["Content-Type"] == "text/event-stream", r.read()
     except urllib.error.HTTPError as e:
-        status, answer = e.code, json.load(e)
+        status, streamed, raw = e.code, False, e.read()
+    if streamed:  # events of JSON chunks, [DONE] last
+        events = raw.decode().split("\n\n")
+        assert events[-2:] == ["data: [DONE]", ""] and body["stream"] is True
+        answer = [json.loads(event.removeprefix("data: ")) for event in events[:-2]]
+    else:
+        answer = json.loads(raw)
     assert status in (200, 400, 404), (status, answer)
     if status == 200:  # what reached the model is a request the schema admits
         from ark.llm.schema import check_chat_request

@@ -243,6 +243,16 @@ class OpenAISurface:
         await send({"type": "http.response.body", "body": body})
 
 
+def openai_server(generate, check, log=None, **settings):
+    """A ``ChatServer`` (not yet started) for clients of OpenAI's API: ``check`` sees requests with their streaming
+    settings taken off (``streamed``), and its app runs inside ``OpenAISurface``."""
+    from ark.llm.server import ChatServer
+
+    chat = ChatServer(generate, check=streamed(check), **settings)
+    chat.uvicorn.config.app = OpenAISurface(chat.uvicorn.config.app, log)  # uvicorn loads its app when it starts
+    return chat
+
+
 def server(overrides: list[str], host: str, port: int):
     """(the server, not yet started; the served backbone) for ``overrides`` (default: the
     embedded model, decoding as many requests together as a default run keeps in flight, each reply at most the
@@ -251,7 +261,6 @@ def server(overrides: list[str], host: str, port: int):
     from ark.agent.backbones import LocalBackbone
     from ark.llm.local import LocalChatModel
     from ark.llm.schema import check_chat_request
-    from ark.llm.server import ChatServer
 
     fewer_heaps()
     check_port(host, port)
@@ -266,14 +275,12 @@ def server(overrides: list[str], host: str, port: int):
     model = LocalChatModel(**dataclasses.asdict(backbone.local), name=name, cache_dir=spec.paths.models,
                            threads=spec.cpu_threads)
     try:
-        chat = ChatServer(capped(model.generate, backbone.max_tokens), host=host, port=port, model_name=name,
-                          workers=max(backbone.local.decode_rows, in_flight(cfg)), max_queue=64, keep_abandoned=True,
-                          on_exit=model.cancel,
-                          check=streamed(lambda body: model.check_size(check_chat_request(body, name))),
-                          **dataclasses.asdict(spec.llm.server))
+        chat = openai_server(capped(model.generate, backbone.max_tokens),
+                             lambda body: model.check_size(check_chat_request(body, name)), host=host, port=port,
+                             model_name=name, workers=max(backbone.local.decode_rows, in_flight(cfg)), max_queue=64,
+                             keep_abandoned=True, on_exit=model.cancel, **dataclasses.asdict(spec.llm.server))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    chat.uvicorn.config.app = OpenAISurface(chat.uvicorn.config.app)  # uvicorn loads its app when it starts
     return chat, backbone
 
 
