@@ -72,14 +72,15 @@ deps: install
 browser:
 	@command -v chromium >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
 
-# the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process): test = unit and contract tests (fast);
+# the tests in TEST_WORKERS processes (pytest-xdist; 1: in this process), a file's tests in one of them (its
+# module fixtures built once): test = unit and contract tests (fast);
 # test-e2e = the end-to-end ones (a README walkthrough, dvc repro in copies, sweeps, fault injection); CI runs both
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/pytest -q -n $(TEST_WORKERS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-e2e: install
-	$(BIN)/pytest -q -n $(TEST_WORKERS) -m e2e
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile -m e2e
 
 test-all: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) -m "slow or not slow"

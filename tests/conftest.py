@@ -7,6 +7,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["DVC_NO_ANALYTICS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -69,4 +71,19 @@ def tokenizer():
         path = default_gguf_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    # converting it from the GGUF file takes ~12 CPU-s in each test worker, reading it back as saved 0.3: kept
+    # once per GGUF file (its size and time) in the user's cache
+    stat = path.stat()
+    kept = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ark-tests"
+            / f"tokenizer-{stat.st_size}-{stat.st_mtime_ns}")
+    if (kept / "tokenizer_config.json").is_file():
+        return AutoTokenizer.from_pretrained(kept)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=kept.name + ".", dir=kept.parent))
+    tokenizer.save_pretrained(staged)
+    try:
+        os.replace(staged, kept)  # atomic: another worker sees a whole copy or none
+    except OSError:  # another worker got there first
+        shutil.rmtree(staged, ignore_errors=True)
+    return tokenizer

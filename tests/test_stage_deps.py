@@ -109,6 +109,7 @@ def redocumented(text: str) -> str:
     return ast.unparse(tree)
 
 
+@pytest.mark.e2e  # every module of src/ark parsed and rewritten: ~10 CPU-s
 def test_no_comment_docstring_or_layout_changes_what_any_module_contributes():
     """Every module of src/ark, edited by a comment on every line and blank lines, or by a new docstring everywhere
     and its own reformat: what each unit reaches and each unit's hash are unchanged, so no fingerprint of either
