@@ -72,9 +72,10 @@ def test_serve_answers_every_body_with_a_reply_or_a_4xx_json_error(chat_server, 
             status, streamed, raw = r.status, r.headers["Content-Type"] == "text/event-stream", r.read()
     except urllib.error.HTTPError as e:
         status, streamed, raw = e.code, False, e.read()
+    assert streamed == (status == 200 and isinstance(body, dict) and body.get("stream") is True), (status, raw[:300])
     if streamed:  # events of JSON chunks, [DONE] last
         events = raw.decode().split("\n\n")
-        assert events[-2:] == ["data: [DONE]", ""] and body["stream"] is True
+        assert events[-2:] == ["data: [DONE]", ""]
         answer = [json.loads(event.removeprefix("data: ")) for event in events[:-2]]
     else:
         answer = json.loads(raw)

@@ -79,6 +79,7 @@ def test_the_openai_client_streams_replies_with_and_without_tool_calls(tiny_loca
     assert "".join(e.choices[0].delta.content or "" for e in events if e.choices) == whole.choices[0].message.content
     assert [e.choices[0].finish_reason for e in events if e.choices][-1] == whole.choices[0].finish_reason
     assert events[-1].usage.completion_tokens == whole.usage.completion_tokens  # asked for with include_usage
+    assert not events[-1].choices and all(e.usage is None for e in events[:-1])  # null before, as OpenAI sends it
     log = capfd.readouterr().err.splitlines()
     assert any(line.endswith(" ms") and "POST /v1/chat/completions 200" in line and "tokens streamed" in line
                for line in log), log
@@ -91,19 +92,36 @@ def test_the_openai_client_streams_replies_with_and_without_tool_calls(tiny_loca
     assert [(c.index, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
         (0, "search", {"query": MESSAGES[-1]["content"]})]
     assert events[-1].choices[0].finish_reason == "tool_calls" and events[-1].usage is None  # not asked for
+    assert events[0].choices[0].delta.role == "assistant" and events[0].choices[0].delta.content is None
 
 
 @pytest.mark.parametrize("body, status", [({"stream": "yes"}, 400), ({"stream_options": {"include_usage": 2}}, 400),
+                                          ({"stream_options": {"include_usage": True}}, 400),  # without stream
                                           ({"stream": None}, 200)])
-def test_stream_settings_are_validated_and_legacy_completions_are_refused(body, status, monkeypatch, tmp_path):
+def test_stream_settings_are_validated_and_legacy_completions_are_refused(body, status, monkeypatch, tmp_path, capfd):
     import httpx
 
     with served(ScriptedModel(), monkeypatch, tmp_path) as (url, name, _):
         reply = httpx.post(f"{url}/chat/completions", json={"messages": MESSAGES, **body}, timeout=30)
         legacy = httpx.post(f"{url}/completions", json={"model": name, "prompt": "Hello"}, timeout=30)
+        httpx.get(f"{url}/%0A12:00:00 POST /v1/forged 200%1B[2J", timeout=30)
     assert reply.status_code == status, reply.text
     assert status == 200 or reply.json()["error"]["type"] == "invalid_request_error"
     assert legacy.status_code == 404 and "/v1/chat/completions" in legacy.json()["error"]["message"]
+    log = capfd.readouterr().err
+    assert "\x1b" not in log and not any(line.startswith("12:00:00 POST /v1/forged") for line in log.splitlines())
+    assert "/v1/\\n12:00:00 POST /v1/forged 200\\u001b[2J 404" in log  # one line, its controls escaped
+
+
+def test_a_reply_that_cannot_be_streamed_is_a_500_and_logged_as_one(monkeypatch, tmp_path, capfd):
+    import httpx
+
+    broken = ScriptedModel()
+    broken.generate = lambda request: {"object": "chat.completion", "choices": []}  # a generator's bug
+    with served(broken, monkeypatch, tmp_path) as (url, name, _):
+        reply = httpx.post(f"{url}/chat/completions", json={"messages": MESSAGES, "stream": True}, timeout=30)
+    assert reply.status_code == 500 and reply.json()["error"]["type"] == "server_error", reply.text
+    assert "POST /v1/chat/completions 500" in capfd.readouterr().err
 
 
 def test_a_student_is_served_to_the_openai_client_under_its_own_name(tiny_local, monkeypatch, tmp_path):

@@ -156,6 +156,8 @@ def streamed(check):
         except ValidationError as e:
             first = e.errors(include_url=False, include_input=False)[0]
             raise RequestError(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        if asked.stream_options is not None and not asked.stream:
+            raise RequestError(400, "stream_options: only allowed when stream is true")
         noted = REQUEST.get(None)
         if noted is not None:
             noted.update(stream=bool(asked.stream),
@@ -170,13 +172,14 @@ def chunks(completion: dict, usage: bool) -> bytes:
     head = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     choice = completion["choices"][0]
     message = choice["message"]
-    deltas = [{"role": "assistant", "content": message.get("content") or ""}]
+    calls = message.get("tool_calls") or []
+    deltas = [{"role": "assistant", "content": message.get("content") if calls else message.get("content") or ""}]
     deltas += [{"tool_calls": [{"index": i, "id": call["id"], "type": "function", "function": call["function"]}]}
-               for i, call in enumerate(message.get("tool_calls") or [])]
+               for i, call in enumerate(calls)]
     events = [head | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
     events.append(head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
-    if usage:
-        events.append(head | {"choices": [], "usage": completion["usage"]})
+    if usage:  # as OpenAI sends it: null on every chunk, the totals on one more with no choices
+        events = [event | {"usage": None} for event in events] + [head | {"choices": [], "usage": completion["usage"]}]
     return b"".join(f"data: {json.dumps(event)}\n\n".encode() for event in events) + b"data: [DONE]\n\n"
 
 
@@ -205,42 +208,54 @@ class OpenAISurface:
                 held.append(message)
                 if message.get("more_body"):
                     return
-                body = b"".join(m.get("body", b"") for m in held[1:])
-                completion = json.loads(body)
-                noted["tokens"] = completion.get("usage") or {}
-                if noted["stream"]:
-                    body = chunks(completion, noted["usage"])
-                    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
-                else:
-                    headers = [(k, v) for k, v in held[0]["headers"] if k.lower() != b"content-length"]
-                headers.append((b"content-length", str(len(body)).encode()))
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                status[0], headers, body = self.reply(held, noted)
+                await send({"type": "http.response.start", "status": status[0], "headers": headers})
                 return await send({"type": "http.response.body", "body": body})
             await send(message)
 
         token = REQUEST.set(noted)
         try:
             if scope["method"] == "POST" and path.endswith("/completions") and not chat:
-                await self.refuse(send)
                 status[0] = 404
+                await self.send_error(scope, receive, send, 404, "ark serve answers chat completions only (the "
+                                      "model is served with its chat template): POST /v1/chat/completions")
             else:
                 await self.app(scope, receive, forward)
         finally:
             REQUEST.reset(token)
             tokens = noted.get("tokens")
-            self.log(" ".join([time.strftime("%H:%M:%S"), scope["method"], scope["path"], str(status[0]),
+            shown = json.dumps(scope["path"])[1:-1]  # ASCII, escaped: a path cannot forge a log line or a terminal code
+            self.log(" ".join([time.strftime("%H:%M:%S"), scope["method"], shown, str(status[0]),
                                *([f"{tokens.get('prompt_tokens', 0)}+{tokens.get('completion_tokens', 0)} tokens"]
                                  if tokens else []), *(["streamed"] if noted["stream"] and tokens else []),
                                f"{(time.monotonic() - started) * 1000:.0f} ms"]))
 
     @staticmethod
-    async def refuse(send):
-        body = json.dumps({"error": {"message": "ark serve answers chat completions only (the model is served with "
-                                                "its chat template): POST /v1/chat/completions",
-                                     "type": "invalid_request_error", "code": 404}}).encode()
-        await send({"type": "http.response.start", "status": 404,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    def reply(held: list[dict], noted: dict) -> tuple[int, list, bytes]:
+        """(status, headers, body) for a chat reply held whole (its start message, then its body messages): as it
+        is, or as events where the request asked for a stream; a 500 where it is not a completion."""
+        body = b"".join(m.get("body", b"") for m in held[1:])
+        try:
+            completion = json.loads(body)
+            noted["tokens"] = completion.get("usage") or {}
+            if noted["stream"]:
+                body = chunks(completion, noted["usage"])
+                headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+            else:
+                headers = [(k, v) for k, v in held[0]["headers"] if k.lower() != b"content-length"]
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:  # a generator's bug: not the client's
+            from ark.llm.server import _error  # the server's own OpenAI error body
+
+            noted["tokens"] = None
+            error = _error(500, f"the model's reply is not a chat completion ({type(e).__name__}: {e})"[:300])
+            return error.status_code, error.raw_headers, error.body
+        return 200, headers + [(b"content-length", str(len(body)).encode())], body
+
+    @staticmethod
+    async def send_error(scope, receive, send, status: int, message: str):
+        from ark.llm.server import _error  # the server's own OpenAI error body
+
+        await _error(status, message)(scope, receive, send)
 
 
 def openai_server(generate, check, log=None, **settings):
