@@ -243,7 +243,7 @@ class OpenAISurface:
                 headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             else:
                 headers = [(k, v) for k, v in held[0]["headers"] if k.lower() != b"content-length"]
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:  # a generator's bug: not the client's
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:  # the generator's bug, a 500
             from ark.llm.server import _error  # the server's own OpenAI error body
 
             noted["tokens"] = None
