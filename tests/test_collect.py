@@ -64,6 +64,7 @@ def test_collect_writes_every_trajectory_of_the_train_split_and_no_label(tiny_tr
     assert Path(again["run_dir"]).name == run_dir.name and without_timings(again["run_dir"]) == without_timings(run_dir)
 
 
+@pytest.mark.e2e  # a collection per setting: ~5 CPU-s
 def test_collect_settings_are_its_identity(tiny_train):
     def name(*extra):
         from ark.stages.collect import collect_cfg

@@ -181,6 +181,7 @@ def test_the_pages_params_line_is_the_pipelines_template():
         "table_download", "table_build_graph", "table_build_index", "table_make_queries", "table_evaluate"}
 
 
+@pytest.mark.e2e  # the whole docs walkthrough: ~4 CPU-s
 def test_the_walkthroughs_commands_run_in_process(tmp_path, monkeypatch, capsys):
     """The page's commands, each stage's ``run(cfg)`` and ``ark ask`` called in this process with the overrides the
     page gives (fast; the test below runs them as processes): the graph, index, splits, answers and metrics."""

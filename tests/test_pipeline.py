@@ -95,6 +95,8 @@ def test_dvc_pipeline_parses_into_one_chain():
         assert stage in out.stdout
 
 
+# every entry of both pipelines composed: ~7 CPU-s (CI's make deps CHECK=1 also checks the generated files)
+@pytest.mark.e2e
 def test_every_params_key_is_in_its_file():
     """DVC reads a stage's params from the file itself (not as Hydra composes it): a key the file lacks stops
     ``dvc repro`` at that stage ("Parameters 'kind' are missing"), which ``dvc status`` does not notice."""

@@ -30,6 +30,7 @@ def write_run(root: Path, name: str, config: dict, hit1: float, invalid: float |
     return d
 
 
+@pytest.mark.e2e  # composes every Table 5 row file: ~10 CPU-s
 def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatch):
     """Table 5's rows are the runs whose stored settings are what conf/experiment/table5/*.yaml compose to (the
     student's adapter by its content), BM25's the baseline run its row file composes to."""
@@ -97,6 +98,7 @@ def fake_run(config: dict, **metrics) -> RunData:
     return RunData(Path("/runs/x"), config, metrics, {})
 
 
+@pytest.mark.e2e  # composes the STaRK rows: ~4 CPU-s
 def test_stark_tables_put_ours_beside_the_papers_numbers():
     """A paper row's cells are the runs of our row file that names it (conf/experiment/stark/<table>/), by identity."""
     from ark.build import spec

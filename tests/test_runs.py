@@ -473,7 +473,7 @@ class UndercountedEndpoint(ScriptedEndpoint):
         return reply
 
 
-@pytest.mark.parametrize("ratio", [1.3, 2.0])
+@pytest.mark.parametrize("ratio", [pytest.param(1.3, marks=pytest.mark.e2e), 2.0])  # each a run: one in make test
 def test_the_cap_holds_when_the_server_counts_more_prompt_tokens_than_litellm(tiny_rules, capsys, ratio):
     """30 queries x 3 agents in flight against a server that bills 1.3x or 2x litellm's token count: the calls are
     reserved at the rate the first reply shows, and the ledger ends under the cap (it ended at 1.8x the cap)."""
