@@ -79,11 +79,13 @@ def tokenizer():
     if (kept / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(kept)
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=kept.name + ".", dir=kept.parent))
-    tokenizer.save_pretrained(staged)
+    staged = None
     try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=kept.name + ".", dir=kept.parent))
+        tokenizer.save_pretrained(staged)
         os.replace(staged, kept)  # atomic: another worker sees a whole copy or none
-    except OSError:  # another worker got there first
-        shutil.rmtree(staged, ignore_errors=True)
+    except OSError:  # another worker got there first, or no cache can be written: used as converted
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
     return tokenizer
