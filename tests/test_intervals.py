@@ -135,12 +135,22 @@ def test_case_reports_resample_their_publication_and_synthetic_queries_themselve
     assert units_of(rows) == {"c1": "PMID:1", "c2": "PMID:1", "s1": "s1"}
 
 
-def test_a_comparison_counts_the_queries_each_method_scored_higher_on():
-    rng = np.random.default_rng(5)
-    a, b = (rng.random(50) < 0.4).astype(float), (rng.random(50) < 0.4).astype(float)
-    e = paired(a, b, list(range(50)))
-    assert (e.better, e.worse) == (int(np.sum(a > b)), int(np.sum(a < b))) and e.better + e.worse < 50
-    assert (e.scaled(100).better, e.scaled(100).worse) == (e.better, e.worse)
+@pytest.mark.parametrize("seed", range(40))
+def test_a_paired_p_and_its_interval_never_disagree(seed):
+    """p < 0.05 exactly where the interval excludes 0, ties at 0 (one query of 60 differing) and the no-variance
+    case (Newcombe's interval) included; the counts say on how many queries each method scored higher."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 80))
+    a = (rng.random(n) < rng.random()).astype(float)
+    b = a.copy() if seed % 4 == 0 else (rng.random(n) < rng.random()).astype(float)
+    if seed % 4 == 0:
+        b[: int(rng.integers(0, 3))] = 1 - b[0]  # a few queries differ, the rest tie
+    if seed % 8 == 1:
+        a, b = np.ones(n), np.zeros(n)  # every query differs the same way: Newcombe's interval
+    units = [i // int(rng.integers(1, 4)) for i in range(n)]
+    e = paired(a, b, units, replicates=int(rng.choice([40, 500, 2000])))
+    assert (e.p < 0.05) == (e.lo > 0 or e.hi < 0), e
+    assert (e.better, e.worse) == (int(np.sum(a > b)), int(np.sum(a < b)))
 
 
 def test_one_query_of_sixty_differing_is_not_established_by_either():

@@ -9,7 +9,7 @@ import yaml
 from ark.report.figures import budget_grid
 from ark.report.paper import stark_tables
 from ark.report.runs import RunData, load_runs
-from ark.report.tables.table5 import table5, table5_paired
+from ark.report.tables.table5 import table5, table5_all
 from tests.test_page import chromium  # noqa: F401  (a fixture)
 from tests.conftest import compose_cfg
 
@@ -68,7 +68,7 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     (adapter / "adapter_model.safetensors").write_bytes(b"retrained")
     write_run(runs, "g", row("table5/student"), 0.9)  # the retrained adapter's run...
     (adapter / "adapter_model.safetensors").write_bytes(b"weights")  # ...is not the student's now in data/
-    t = table5(load_runs([runs]), tmp_path / "distill", {"synthetic": "biokg"})
+    t = table5_all(load_runs([runs]), tmp_path / "distill", {"synthetic": "biokg"})
     # one comparison per run length: the first 20 queries (every run, those of 50 on their first 20), then 50
     assert [Path(dirs[0]).name for dirs in t.runs.values()] == ["a", "b", "c", "d", "a", "b", "d"]
     assert [row[1] for row in t.rows] == [20, 20, 20, 20, 50, 50, 50]
@@ -86,12 +86,18 @@ def test_the_backbone_table_finds_its_runs_by_its_row_files(tmp_path, monkeypatc
     assert len(student_lines) == 2 and " ".join(student_lines).count(" 30.00 [") == 4 \
         and "[30.0, 30.0]" not in " ".join(student_lines)
     assert "| 2.00 |" in " ".join(student_lines) and student_lines[-1].endswith("| 75 |") and max(len(line) for line in shown.splitlines()) <= 200
-    # the paired differences: each on the queries both runs have (the base model ran 20)
-    paired = table5_paired(load_runs([runs]), {"synthetic": "biokg"})
-    assert [(row[1], row[4], row[5]) for row in paired.rows] == [
-        ("student: LoRA on SmolLM2 - SmolLM2-135M base", 20, 20), ("teacher: rules policy - student: LoRA on SmolLM2", 50, 50),
-        ("student: LoRA on SmolLM2 - BM25", 50, 50)]
-    assert [round(row[2].value, 2) for row in paired.rows] == [30.0, 10.0, 20.0]
+    # at a glance: the student, then each method with the student's paired difference from it, each on the queries
+    # both ran (the base model ran 20)
+    glance = table5(load_runs([runs]), tmp_path / "distill", {"synthetic": "biokg"})
+    assert [(row[1], row[2]) for row in glance.rows] == [
+        ("student: LoRA on SmolLM2, 96 trajectories", 50), ("teacher: rules policy", 50), ("SmolLM2-135M base", 20),
+        ("BM25", 50)]
+    assert glance.rows[0][5:] == [None, None] and [round(row[5].value, 2) for row in glance.rows[1:]] == [
+        -10.0, 30.0, 20.0]
+    assert [(row[5].better, row[5].worse) for row in glance.rows[1:]] == [(0, 50), (20, 0), (50, 0)]
+    shown = glance.markdown().split("\n\n")
+    assert len(shown[1].splitlines()) <= 25 and max(len(line) for line in shown[1].splitlines()) <= 200
+    assert " +20/-0 |" in shown[1]
 
 
 def fake_run(config: dict, **metrics) -> RunData:
@@ -344,3 +350,30 @@ def test_a_paired_cell_prints_its_counts_and_a_bound_never_hides_its_side_of_0()
     wide = Table("w", "title", ["method"] + [f"phenopackets column {i} " + "y" * 40 for i in range(6)], keys=1)
     wide.add(["a"] + [1.0] * 6)
     assert len(wide.blocks()) > 1 and max(map(len, wide.markdown().splitlines())) <= 200
+
+
+def test_no_published_p_disagrees_with_its_interval():
+    """Every paired cell of the committed tables: p < 0.05 exactly where the interval excludes 0, and it says on how
+    many queries each method scored higher (ark.report.intervals.paired)."""
+    import csv
+
+    from tests.conftest import ROOT
+
+    cells = 0
+    for path in sorted((ROOT / "results" / "tables").glob("*.csv")):
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                for column in [c[: -len(" p")] for c in row if c.endswith(" p") and row[c]]:
+                    lo, hi, p = (float(row[f"{column}{s}"]) for s in (" lo", " hi", " p"))
+                    assert (p < 0.05) == (lo > 0 or hi < 0), (path.name, column, lo, hi, p)
+                    assert row[f"{column} better"] and row[f"{column} worse"], (path.name, column)
+                    cells += 1
+    assert cells > 50
+
+
+def test_every_published_table_fits_in_200_columns():
+    from tests.conftest import ROOT
+
+    wide = [(p.name, len(line)) for p in sorted((ROOT / "results" / "tables").glob("*.md"))
+            for line in p.read_text().splitlines() if len(line) > 200]
+    assert not wide, wide

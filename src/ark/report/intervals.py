@@ -13,8 +13,9 @@ sizes / n). So an interval never collapses to a point at 0 % or 100 %: 0 of 20 i
 A paired comparison (the difference of two methods on the same queries) is a seeded cluster bootstrap: it resamples
 the same units for both, its replicates spread by Hesterberg's expansion for few units (``_expansion``); its p is the
 two-sided bootstrap p of the difference (twice the smaller share of those replicates on either side of 0, at most 1).
-Many replicates tied at 0 (one query of 60 differing) give a p far above 0.05 beside a bound just past 0: both say
-"not established".
+Its bounds are order statistics of the same replicates, as many left beyond each as a share below 2.5 % allows, so
+the interval excludes 0 exactly when p < 0.05: a p and its interval never disagree (many replicates tied at 0, as
+when one query of 60 differs, give a p far above 0.05 beside a bound just past 0; both say "not established").
 Where every unit's difference is the same (both methods at 0 % on every query, say)
 the replicates cannot vary and the percentile interval is a point; there the interval is Newcombe's square-and-add
 (MOVER) one built from the two methods' own score intervals above, with their correlation across queries (0 where
@@ -121,10 +122,10 @@ def paired(a, b, units, seed: int = SEED, replicates: int = REPLICATES, level: f
     if a.shape != b.shape:
         raise ValueError(f"a paired comparison needs one score of each method per query, got {a.shape} and {b.shape}")
     mean, means = _replicates(a - b, units, seed, replicates)
-    means = mean + (means - mean) * _expansion(len(set(map(str, units))), level)
+    means = np.sort(mean + (means - mean) * _expansion(len(set(map(str, units))), level))
     p = min(1.0, 2 * min(float(np.mean(means <= 0)), float(np.mean(means >= 0))))
-    tail = (1 - level) / 2
-    lo, hi = np.quantile(means, [tail, 1 - tail])
+    beyond = int(np.ceil((1 - level) / 2 * len(means) - 1e-9)) - 1  # replicates left out on each side: fewer than
+    lo, hi = means[beyond], means[len(means) - 1 - beyond]          # (1 - level) / 2 of them, so lo > 0 iff p < 1 - level
     if hi - lo <= 1e-12:  # no replicate differs: the bootstrap has nothing to say about the spread
         lo, hi = _square_and_add(a, b, units, level)
         p = _square_and_add_p(a, b, units)

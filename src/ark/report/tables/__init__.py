@@ -18,7 +18,7 @@ from ark.report.tables.table1 import table1, table1_every_case, table1_paired
 from ark.report.tables.table2 import table2
 from ark.report.tables.table3 import table3
 from ark.report.tables.table4 import table4
-from ark.report.tables.table5 import table5, table5_behaviour, table5_paired
+from ark.report.tables.table5 import table5, table5_all, table5_behaviour
 from ark.report.tables.table8 import table8
 from ark.report.tables.tool_use import table9, table10
 from ark.report.tables.twins import table1_twins
@@ -39,7 +39,7 @@ def biokg_tables(runs, report: ReportSettings, queries_root: Path, distill_dir: 
             table1_paired(runs, every_case, report.every_case.ark, {q: all_graph for q in every_case},
                           "table1_all"),
             table1(runs, qs, ark), table2(runs, on, ark, split), table3(runs, on, ark), table4(runs, on),
-            table5(runs, distill_dir, on), table5_paired(runs, on),
+            table5(runs, distill_dir, on), table5_all(runs, distill_dir, on),
             table5_behaviour(runs, distill_dir, on), table6(queries_root, qs, split), table7(graphs),
             table_lpo(graphs, queries_root, qs),
             table8(runs, on, ark), table9(runs, on, ark), table10(runs, on, ark)]

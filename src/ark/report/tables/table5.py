@@ -79,12 +79,58 @@ def distillation_rows(runs: list[RunData], distill_dir: Path, on: dict[str, str]
     return rows
 
 
-def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
-    """``on``: {query set: the graph it is scored on}, as in Table 1 (the case reports: leave-publication-out)."""
+def caption_setting() -> str:
     t_max = experiment_spec(table_rows("table5")[0], "biokg", "synthetic", ()).agent.T_max
+    return f"first test queries, 1 agent, T_max {t_max} (x100)"
+
+
+# Table 5 at a glance: the student trained on the most trajectories first, then each method it is compared with
+MAIN = ("table5/student", "table5/teacher", "table5/base", "table5/bm25")
+
+
+def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
+    """Table 5 at a glance: per query set the student trained on the most trajectories, its teacher, its base model
+    and BM25, each with its Hit@1 and MRR and the student's paired difference from it on the queries both ran.
+    ``on``: {query set: the graph it is scored on}, as in Table 1 (the case reports: leave-publication-out)."""
+    metrics = ("hit@1", "mrr")
     graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
-    t = Table("table5", f"Table 5: backbones and the distilled student on BioKG ({graphs}), first test queries, "
-                        f"1 agent, T_max {t_max} (x100)",
+    t = Table("table5", f"Table 5: the distilled student against its teacher, its base model and BM25 on BioKG "
+                        f"({graphs}), {caption_setting()}",
+              ["query set", "method", "n", *(LABEL[m] for m in metrics),
+               *(f"student minus it, {LABEL[m]}" for m in metrics)],
+              note="Each method on the first n queries of the same publication-spread test sample; each difference "
+                   "is the student's mean minus the method's on the n queries both ran, with its interval, p and "
+                   "+a/-b: the queries on which the student scored higher / lower. The base model decodes "
+                   "grammar-constrained; every run and every n (the smaller budgets, the free-decoding base): "
+                   "table5_all.md.", keys=2)
+    found = {e: experiment_runs(runs, e, list(on), on) for e in MAIN}
+    used = []
+    for q in on:
+        student = found[MAIN[0]].get(q)
+        if student is None:
+            continue
+        for e in MAIN:
+            run = found[e].get(q)
+            if run is None:
+                continue
+            ids = set(run.scores) & set(student.scores)
+            short = row_settings(e).get("label", e).replace("{trajectories}", "").split(",")[0]
+            samples = train_samples(run.config, distill_dir) if run is student else None
+            label = short + ("" if samples is None else f", {samples} trajectories")
+            diffs = [None, None] if run is student else [paired_difference(student, run, m)[0] for m in metrics]
+            mean_on = None if ids == set(run.scores) else ids  # all its queries: its published means
+            t.add([q, label, len(ids), *(estimate(run, m, mean_on) for m in metrics), *diffs], [run],
+                  label=f"{q} / {label}")
+            used.append((q, run))
+    t.note = f"{where([('', {q: run}) for q, run in used])} {t.note} Intervals: {METHOD}."
+    return t
+
+
+def table5_all(runs, distill_dir: Path, on: dict[str, str]) -> Table:
+    """Every run of Table 5's row files, in blocks of n (``distillation_rows``). ``on``: {query set: its graph}."""
+    graphs = ", ".join(f"{q} on {g}" for q, g in on.items())
+    t = Table("table5_all", f"Table 5, every run: backbones and the distilled students on BioKG ({graphs}), "
+                            f"{caption_setting()}",
               ["query set", "n", "publications", "method", *[LABEL[m] for m in METRICS], "invalid calls %",
                "of teacher's Hit@1 %"],
               note="The teacher is the rules policy (label-free, scripted); the students are LoRA adapters on "
@@ -104,40 +150,6 @@ def table5(runs, distill_dir: Path, on: dict[str, str]) -> Table:
                pct(r["invalid_call_rate"]),
                None if share is None else round(100 * share)], [r["run_data"]],
               label=f"{r['queries']} / n={r['n_queries']} / {r['method']}")
-    return t
-
-
-# Table 5's paired comparisons (row files of conf/experiment/table5/): the first minus the second on the queries both ran
-COMPARISONS = (("table5/student", "table5/base"), ("table5/teacher", "table5/student"),
-               ("table5/student", "table5/bm25"))
-
-
-def table5_paired(runs, on: dict[str, str]) -> Table:
-    """Student minus base, teacher minus student and student minus BM25 per query set, each on the queries both
-    ran (a paired bootstrap of the difference, publications resampled)."""
-    metrics = ("hit@1", "mrr")
-    t = Table("table5_paired", "Table 5, paired: the distilled student against its base model, its teacher and BM25 "
-                               "on the same queries (difference x100, 95 % interval, p)",
-              ["query set", "comparison", *(f"{LABEL[m]} diff" for m in metrics), "n", "publications"],
-              note="Each difference is the first method's mean minus the second's on the queries both ran (the "
-                   f"first n of the same publication-spread sample); {METHOD}, the same draws for both methods; p: "
-                   "two-sided bootstrap p. A difference whose interval covers 0 is not established.", keys=2)
-    found = {e: experiment_runs(runs, e, list(on), on) for pair in COMPARISONS for e in pair}
-    labels = {e: row_settings(e).get("label", e).replace("{trajectories}", "").split(",")[0] for e in found}
-    used = []
-    for q in on:
-        for first, second in COMPARISONS:
-            a, b = found[first].get(q), found[second].get(q)
-            if a is None or b is None:
-                continue
-            cells = [paired_difference(a, b, m) for m in metrics]
-            n = cells[0][1]
-            units = a.units()
-            common = set(a.scores) & set(b.scores)
-            t.add([q, f"{labels[first]} - {labels[second]}", *[e for e, _ in cells], n or None,
-                   len({units[i] for i in common}) or None], [a, b], label=f"{q} / {labels[first]} - {labels[second]}")
-            used += [(q, a), (q, b)]
-    t.note = f"{where([('', {q: r}) for q, r in used])} {t.note}"
     return t
 
 
