@@ -352,6 +352,16 @@ def test_a_paired_cell_prints_its_counts_and_a_bound_never_hides_its_side_of_0()
     assert len(wide.blocks()) > 1 and max(map(len, wide.markdown().splitlines())) <= 200
 
 
+def test_a_run_behind_every_row_is_listed_once_before_the_rows_own():
+    from ark.report.tables.table import Table
+
+    t = Table("t", "ARK minus each", ["compared with", "x diff"])
+    for label, own in (("BM25", "runs/bm25"), ("dense", "runs/dense")):
+        t.add([label, 1.0], [RunData(Path("runs/ark"), {}, {}, {}), RunData(Path(own), {}, {}, {})])
+    runs = t.markdown().split("Runs (")[1].splitlines()[1:]
+    assert runs == ["- every row:", "  `runs/ark`", "- BM25:", "  `runs/bm25`", "- dense:", "  `runs/dense`"]
+
+
 def test_no_published_p_disagrees_with_its_interval():
     """Every paired cell of the committed tables: p < 0.05 exactly where the interval excludes 0, and it says on how
     many queries each method scored higher (ark.report.intervals.paired)."""

@@ -59,8 +59,15 @@ class Table:
             lines += textwrap.wrap(self.note, WIDTH)
         if self.runs:
             lines += ["", "Runs (`ark show <dir>` prints their trajectories):"]
+            # a run behind every row (a paired table's reference method) is listed once, before the rows' own
+            shared = [d for d in next(iter(self.runs.values()))
+                      if len(self.runs) > 1 and all(d in dirs for dirs in self.runs.values())]
+            if shared:
+                lines += ["- every row:"] + [f"  `{d}`" for d in shared]
             for label, dirs in self.runs.items():
-                lines += [f"- {label}:"] + [f"  `{d}`" for d in dirs]
+                own = [d for d in dirs if d not in shared]
+                if own:
+                    lines += [f"- {label}:"] + [f"  `{d}`" for d in own]
         return "\n".join(lines).rstrip("\n") + "\n"
 
     def blocks(self) -> list[list[int]]:
