@@ -42,14 +42,13 @@ def compose_cfg(overrides, hydra_config=False):
     return compose(overrides, hydra_config)
 
 
-@pytest.fixture
-def tiny_project(tmp_path):
-    """Hydra overrides for a project whose biokg dataset is the tiny test graph, with 3 test queries."""
+def tiny_project_at(root: Path) -> list[str]:
+    """Hydra overrides for a project in ``root`` whose biokg dataset is the tiny test graph, with 3 test queries
+    (written there)."""
     from ark.io import write_jsonl
     from tests.helpers import tiny_graph
 
-    overrides = [f"paths.data={tmp_path}/data", f"paths.results={tmp_path}/results", f"paths.root={tmp_path}",
-                 "logger=none"]
+    overrides = tiny_overrides(root)
     cfg = compose_cfg(overrides)
     tiny_graph().save(cfg.dataset.graph_dir)
     write_jsonl(Path(cfg.dataset.queries_dir) / "test.jsonl", [
@@ -58,6 +57,17 @@ def tiny_project(tmp_path):
         {"id": "q3", "query": "zebra", "answer_ids": [2]},
     ])
     return overrides
+
+
+def tiny_overrides(root: Path) -> list[str]:
+    """The overrides that point a project's data and results at ``root`` (a copy of one keeps working)."""
+    return [f"paths.data={root}/data", f"paths.results={root}/results", f"paths.root={root}", "logger=none"]
+
+
+@pytest.fixture
+def tiny_project(tmp_path):
+    """Hydra overrides for a project whose biokg dataset is the tiny test graph, with 3 test queries."""
+    return tiny_project_at(tmp_path)
 
 
 @pytest.fixture(scope="session")

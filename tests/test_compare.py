@@ -1,5 +1,6 @@
 """``ark compare``: two real runs on the tiny graph (BM25 and the scripted policy), compared query by query."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -9,20 +10,30 @@ from ark.cli import main
 from ark.errors import UserError
 from ark.report.compare import compare
 from ark.report.intervals import paired
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, tiny_overrides, tiny_project_at
+
+
+@pytest.fixture(scope="module")
+def built_runs(tmp_path_factory):
+    """A tiny project with BM25's and the rules policy's runs on its 3 test queries, built once for the module:
+    (its root, the two run directories relative to it)."""
+    from ark.stages import baseline, build_index, evaluate
+
+    root = tmp_path_factory.mktemp("project")
+    base = tiny_project_at(root) + ["eval.progress=false", "retriever.params.stemmer=null"]
+    build_index.run(compose_cfg(base))
+    results = root / "results" / "runs"
+    bm25 = baseline.run(compose_cfg(base + [f"run.root={results}/baseline/bm25"]))["run_dir"]
+    rules = evaluate.run(compose_cfg(base + ["backbone=rules", f"run.root={results}/evaluate/rules"]))["run_dir"]
+    return root, Path(bm25).relative_to(root), Path(rules).relative_to(root)
 
 
 @pytest.fixture
-def two_runs(tiny_project, tmp_path):
-    """(BM25's run directory, the rules policy's, overrides): both on the tiny graph's 3 test queries."""
-    from ark.stages import baseline, build_index, evaluate
-
-    base = tiny_project + ["eval.progress=false", "retriever.params.stemmer=null"]
-    build_index.run(compose_cfg(base))
-    results = tmp_path / "results" / "runs"
-    bm25 = baseline.run(compose_cfg(base + [f"run.root={results}/baseline/bm25"]))["run_dir"]
-    rules = evaluate.run(compose_cfg(base + ["backbone=rules", f"run.root={results}/evaluate/rules"]))["run_dir"]
-    return Path(bm25), Path(rules), tiny_project
+def two_runs(built_runs, tmp_path):
+    """(BM25's run directory, the rules policy's, overrides): in this test's own copy of the module's project."""
+    root, bm25, rules = built_runs
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    return tmp_path / bm25, tmp_path / rules, tiny_overrides(tmp_path)
 
 
 def scores(run_dir: Path) -> dict:
@@ -165,8 +176,6 @@ def published(run_dir: Path, results: Path) -> Path:
 def test_shipped_scores_compare_as_the_runs_do_where_the_runs_are_gone(two_runs, tmp_path):
     """The report's shipped scores (unit and question hash per query) are enough for ark compare: the same result
     as from the run directories, after those are removed."""
-    import shutil
-
     import yaml
 
     from ark.report.runs import load_runs

@@ -2,29 +2,40 @@
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from ark.cli import main
 from ark.report.show import show
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, tiny_overrides, tiny_project_at
 
 GOLD = {"q1": {3}, "q2": {4, 0}, "q3": {2}}  # as the tiny_project fixture writes them
 NODE_ROW = re.compile(r" *(?:\d+ )?([✓ ]) \[(\d+)\]")  # ranking rows, observation lines, missed gold
 
 
-@pytest.fixture
-def published(tiny_project):
-    """(run directory, overrides) of an evaluate run published as results/evaluate/tiny."""
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tiny project with an evaluate run published as results/evaluate/tiny, built once for the module:
+    (its root, the run directory relative to it)."""
     from ark.stages import build_index, evaluate
 
-    overrides = tiny_project + ["retriever.params.stemmer=null"]
+    root = tmp_path_factory.mktemp("project")
+    overrides = tiny_project_at(root) + ["retriever.params.stemmer=null"]
     build_index.run(compose_cfg(overrides))
     cfg = compose_cfg(overrides + ["backbone=rules", "agent.n_agents=2", "eval.progress=false",
                                    "run.root=${paths.results}/runs/evaluate/tiny",
                                    "run.publish=${paths.results}/evaluate/tiny"])
-    return Path(evaluate.run(cfg)["run_dir"]), tiny_project
+    return root, Path(evaluate.run(cfg)["run_dir"]).relative_to(root)
+
+
+@pytest.fixture
+def published(built, tmp_path):
+    """(run directory, overrides) of that run, in this test's own copy of the project."""
+    root, run_dir = built
+    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
+    return tmp_path / run_dir, tiny_overrides(tmp_path)
 
 
 def text_of(*args, **kwargs) -> str:
