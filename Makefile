@@ -76,6 +76,9 @@ browser:
 # module fixtures built once): test = unit and contract tests (fast);
 # test-e2e = the end-to-end ones (a README walkthrough, dvc repro in copies, sweeps, fault injection); CI runs both
 TEST_WORKERS ?= 2
+# compiled modules are cached (__pycache__, git-ignored) even where the environment sets PYTHONDONTWRITEBYTECODE:
+# else each worker and each subprocess compiles src/ and rewrites the tests' asserts again (~6 CPU-s a process)
+test test-e2e test-all: export PYTHONDONTWRITEBYTECODE :=
 test: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 

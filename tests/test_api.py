@@ -34,6 +34,7 @@ def ranking(overrides, root=None) -> list[str]:
     return [graph.name[v] for v in record.ranking[:3]]
 
 
+@pytest.mark.e2e  # the README's example, three times
 def test_the_example_runs_from_below_the_root_and_from_outside_it(project, tmp_path, monkeypatch):
     root, overrides = project
     (root / "notebooks" / "deep").mkdir(parents=True)

@@ -102,6 +102,7 @@ def test_a_killed_collection_resumes_without_redoing_its_queries(tiny_train, mon
         for a in json.loads(lines[1])["agents"]]
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_the_collect_cli_prints_one_line(tiny_train):
     out = subprocess.run([sys.executable, "-m", "ark.stages.collect", *tiny_train, "collect.budget=1",
                           "collect.trajectories=2"], cwd=ROOT, capture_output=True, text=True)

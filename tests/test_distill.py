@@ -294,6 +294,7 @@ def test_packed_flex_gives_the_loss_and_gradients_of_packed_sdpa_on_a_gpu():
     assert all(torch.allclose(f, s, atol=1e-4) for f, s in zip(flex_grads, sdpa_grads))
 
 
+@pytest.mark.e2e  # training steps
 def test_the_recipe_may_recompute_every_nth_layer_only(tmp_path):
     from ark.distill.train import sft_config
     from ark.errors import UserError

@@ -87,6 +87,7 @@ def test_dense_bf16_auto_is_resolved_to_what_this_cpu_computes_in(monkeypatch):
         assert index_settings(resolved(cfg.retriever))["params"] == {"bf16": native}
 
 
+@pytest.mark.e2e  # an encoder model
 def test_a_dense_index_reuses_the_embeddings_of_identical_documents(tmp_path):
     DenseIndex.build(DOCS, bf16=False).save(tmp_path / "full")
     docs = DOCS[:2] + ["inflammation of the pancreas"] + DOCS[3:]
@@ -199,6 +200,7 @@ def reference_search(index, query, k):
     return top_k(scores, k), scores
 
 
+@pytest.mark.e2e  # every query against the whole corpus
 def test_pruned_search_and_neighbor_scores_equal_the_whole_corpus_sums(monkeypatch):
     index = BM25Index.build(random_corpus(6000, seed=1))
     monkeypatch.setattr("ark.index.bm25.COMMON_POSTINGS", 50)  # w0..w30 are common at this size

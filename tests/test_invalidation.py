@@ -52,6 +52,7 @@ def stages_reading(dependencies, path: str) -> set[str]:
     return {stage for stage, (deps, _) in dependencies.items() if covers(deps, Path(path))}
 
 
+@pytest.mark.e2e  # every stage of dvc.yaml
 def test_no_stage_depends_on_a_source_file_or_an_unused_backbone_file(dependencies):
     """Code enters a stage as its fingerprint (code.yaml), never as a file: no stage depends on anything in src/ but
     the paper's numbers (a data file the report reads)."""

@@ -203,6 +203,7 @@ def test_cancel_ends_a_request_under_way_at_its_next_step(tiny, tokenizer, decod
     assert result == {"status": 503} and len(steps) < 100 and model.kv.reserved == 0
 
 
+@pytest.mark.e2e  # runs with the embedded model
 def test_a_runs_identity_holds_the_kernel_and_not_the_memory_bound():
     from ark.build import spec
     from ark.runs.identity import identity, identity_hash

@@ -168,6 +168,7 @@ def test_closing_completes_the_call_the_short_way(grammar, tools):
 
 
 # ---------------------------------------------------------------- constrained decoding
+@pytest.mark.e2e  # 30 decodes
 def test_constrained_calls_are_valid_for_30_seeds(local, tools):
     names = set()
     for seed in range(30):
@@ -280,6 +281,7 @@ def test_local_model_reads_each_tool_description_once(local, toolbox):
 
 
 # ---------------------------------------------------------------- LoRA
+@pytest.mark.e2e  # a LoRA adapter trained and loaded
 def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     from peft import LoraConfig, get_peft_model
 

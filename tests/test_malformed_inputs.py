@@ -494,10 +494,10 @@ def snapshot(p: Path) -> dict:
             for f in sorted(p.rglob("*")) if f.relative_to(p).parts[0] != "logs"}
 
 
-# a case in its own process is end to end; of the others every third runs in make test (each copies and hashes a
+# a case in its own process is end to end; of the others every sixth runs in make test (each copies and hashes a
 # small project), all of them in make test-e2e
 @pytest.mark.parametrize("stage, overrides, damage, message, sub",
-                         [pytest.param(*c[1:], marks=[pytest.mark.e2e] if c[-1] or i % 3 else [])
+                         [pytest.param(*c[1:], marks=[pytest.mark.e2e] if c[-1] or i % 6 else [])
                           for i, c in enumerate(CASES)],
                          ids=[c[0] for c in CASES])
 def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_path, capsys, stage, overrides, damage,
@@ -564,7 +564,7 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
     assert snapshot(p) == before
 
 
-@pytest.mark.parametrize("command, overrides, message", [
+SETTINGS = [
     ("ask", ["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
     ("ask", ["agent=nonexistent"], "agent=nonexistent: no such option"),
     ("ask", ["agent.T_max=1,2"], "sweeps over several values"),
@@ -577,9 +577,17 @@ def test_a_run_root_on_a_read_only_file_system_exits_2_with_one_line(template, t
     ("ask", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], "put it in an environment variable"),
     ("ask", ["backbone=gpt-4.1", "+backbone.extra.api_base=http://127.0.0.1:9/v1"], "give it as backbone.api_base"),
     ("estimate", ["backbone=gpt-4.1", f"+backbone.extra.db_password={CANARY}"], "put it in an environment variable"),
-], ids=["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",
-        "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus",
-        "ask-secret", "ask-extra-api_base", "estimate-secret"])
+
+]
+SETTINGS_IDS = ["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",
+                "ask-max_attempts-0", "estimate-key-mistyped", "estimate-option-unknown", "estimate-tool_mode-bogus",
+                "ask-secret", "ask-extra-api_base", "estimate-secret"]
+
+
+# every third case in make test (each copies and hashes a small project), all of them in make test-e2e
+@pytest.mark.parametrize("command, overrides, message",
+                         [pytest.param(*c, marks=[] if i % 3 == 0 else [pytest.mark.e2e])
+                          for i, c in enumerate(SETTINGS)], ids=SETTINGS_IDS)
 def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path, capsys, command, overrides, message):
     from ark.cli import main
 
@@ -593,11 +601,12 @@ def test_ark_ask_and_estimate_refuse_bad_settings_in_one_line(template, tmp_path
     assert snapshot(p) == before
 
 
+# the question's two cases in make test, the path's in make test-e2e
 @pytest.mark.parametrize("question, extra, message", [
     ("   ", [], "the question is empty"),
     ("x" * 5000, ["limits.query_chars=4000"], "the question has 5,000 characters, over limits.query_chars=4,000"),
-    ("slender fingers", ["--json", "{p}"], "exists and is not a regular file"),  # a directory
-    ("slender fingers", ["--json", "{p}/no/such/dir/out.json"], "no directory"),
+    pytest.param("slender fingers", ["--json", "{p}"], "exists and is not a regular file", marks=pytest.mark.e2e),
+    pytest.param("slender fingers", ["--json", "{p}/no/such/dir/out.json"], "no directory", marks=pytest.mark.e2e),
 ], ids=["ask-empty", "ask-too-long", "ask-json-a-directory", "ask-json-nowhere"])
 def test_ark_ask_checks_its_question_and_json_path_before_the_run(template, tmp_path, capsys, question, extra,
                                                                   message):

@@ -71,6 +71,7 @@ BAD_LINES = [  # (what a careless or hostile client sends, the JSON-RPC error co
 ]
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_every_line_a_client_sends_gets_an_answer(tiny_project):
     """Raw stdio: each malformed line is answered with its JSON-RPC error (with the request's id where it has a
     valid one, else null), and the server goes on to

@@ -49,6 +49,7 @@ def project(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_the_docs_make_three_json_phenopackets_a_query_set_with_a_test_split(project):
     make = commands()[0]
     assert make[:3] == ["python", "-m", "ark.stages.make_queries"]
@@ -84,6 +85,7 @@ def test_an_empty_test_split_and_another_query_sets_name_are_one_line_each(proje
     assert not (project / "data/queries/biokg/phenopackets").exists()
 
 
+@pytest.mark.e2e  # a docs walkthrough
 def test_a_query_set_of_conf_queries_keeps_its_own_source(project):
     from ark.stages.make_queries import check_own_name
 
@@ -99,6 +101,7 @@ def test_a_query_set_of_conf_queries_keeps_its_own_source(project):
         check_own_name(compose_cfg(["queries=phenopackets", "queries.source=cases/phenopackets.jsonl.gz"]))
 
 
+@pytest.mark.e2e  # a docs walkthrough
 def test_ark_show_reads_a_run_of_a_query_set_named_on_the_command_line(project, capsys):
     from ark.report.runs import _queries
     from ark.stages import evaluate, make_queries

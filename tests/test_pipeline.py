@@ -31,6 +31,7 @@ def dvc_stages():
         return out
 
 
+@pytest.mark.e2e  # every stage of dvc.yaml
 def test_every_dvc_stage_tracks_what_its_results_depend_on_and_nothing_else():
     """Each conf group file a stage composes is a param (or, for an experiment row, inside a group directory that
     is a dependency); config.yaml only at key level; never the logger; every local input file the config names
@@ -192,6 +193,7 @@ def test_wandb_logs_offline_into_the_configured_dir(tmp_path, monkeypatch):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_a_stage_with_bad_input_exits_2_with_one_clear_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ark.stages.baseline", f"paths.data={tmp_path}", "logger=none",
                           f"hydra.run.dir={tmp_path}/hydra"], cwd=ROOT, capture_output=True, text=True)

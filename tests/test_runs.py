@@ -218,6 +218,7 @@ def test_bad_config_values_exit_2_before_any_work(tiny_rules, tmp_path, stage, o
     assert not (tmp_path / "results" / "runs").exists()
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_malformed_query_rows_exit_2(tiny_rules, tmp_path):
     write_split(tiny_rules, "test", [{"id": "q1", "query": "x", "answer_ids": [999]}])
     out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *tiny_rules, "backbone=rules",
@@ -428,6 +429,7 @@ def test_the_cap_holds_with_many_calls_in_flight_and_counts_the_calls_of_a_kille
     assert Ledger(tmp_path / "spend.sqlite").totals()[0] == pytest.approx(spent + 0.005)
 
 
+@pytest.mark.e2e  # the engine end to end
 def test_thirty_queries_of_three_agents_in_flight_stay_under_the_cap_and_the_closing_line_is_the_ledger(
         tiny_rules, capsys):
     """The engine end to end against a scripted endpoint (a test double) at a price of one's own: 30 queries x 3
@@ -630,6 +632,7 @@ def test_a_leave_publication_out_cut_has_the_nodes_of_its_graph_and_stark_has_ot
     assert not same_graph_up_to_cut(other_documents, biokg)
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_a_run_directorys_dvc_hash_leaves_out_its_times_and_the_machine_they_were_taken_on(tmp_path):
     """The committed .dvcignore in a DVC repository: a run directory that differs only in timings.jsonl and
     machine.json (another CPU, another kernel) hashes the same, so a rerun elsewhere leaves dvc.lock unchanged."""

@@ -68,6 +68,7 @@ def served(model, monkeypatch, tmp_path, *overrides):
     assert not thread.is_alive()
 
 
+@pytest.mark.e2e  # serving through the openai client
 def test_the_openai_client_streams_replies_with_and_without_tool_calls(tiny_local, monkeypatch, tmp_path, capfd):
     from openai import OpenAI
 

@@ -45,6 +45,7 @@ def all_entries() -> dict:
     return {f"{p.relative_to(ROOT)}:{e.name}": e for p in PIPELINES for es in entries(p).values() for e in es}
 
 
+@pytest.mark.e2e  # every stage entry (make deps CHECK=1 checks the file in CI)
 def test_every_entry_depends_on_its_code_fingerprint_and_every_config_file_it_composes(all_entries, dvc_entries):
     """As DVC resolves both pipelines: each entry's params hold its key of code.yaml, whose value is the fingerprint of
     what it runs, and the config files it composes; no entry depends on a source file (its code is the fingerprint)."""

@@ -27,6 +27,7 @@ def test_hours_shrink_with_concurrency_until_a_token_limit_sets_the_pace():
     assert hours(2800, 20, 600_000, 3, 8, 1.0, cpu_ms=10)[0] == hours(2800, 20, 600_000, 3, 8, 1.0)[0]
 
 
+@pytest.mark.e2e  # a benchmark script
 def test_the_script_prints_each_split_at_each_concurrency(tiny_project, tmp_path, monkeypatch, capsys):
     from ark.stages import build_index, evaluate
 

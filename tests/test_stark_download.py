@@ -170,6 +170,7 @@ def test_a_missing_question_file_names_the_file_its_url_and_the_settings(tmp_pat
     assert "ARK_MIRROR" in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.e2e  # a Python subprocess
 def test_the_download_stage_says_it_in_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("ARK_MIRROR", "HF_ENDPOINT")}
     out = subprocess.run([sys.executable, "-m", "ark.stages.download", "dataset=stark_prime", f"paths.data={tmp_path}",

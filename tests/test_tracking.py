@@ -203,6 +203,7 @@ def test_log_files_logs_csv_tables_and_figures(runs, tmp_path):
     assert isinstance(logged["figures/curve"], wandb.Image)
 
 
+@pytest.mark.e2e  # a W&B offline run
 def test_no_secret_reaches_wandb_offline(tmp_path, monkeypatch):
     """A key in the environment appears in nothing W&B writes, even when a config interpolates it."""
     from ark.tracking import log_files, log_queries, log_summary, stage_run
