@@ -99,6 +99,12 @@ def tiny_overrides(root: Path) -> list[str]:
     return [f"paths.data={root}/data", f"paths.results={root}/results", f"paths.root={root}", "logger=none"]
 
 
+def copy_project(root: Path, dest: Path) -> list[str]:
+    """A copy of the project in ``root`` (a module's, built once) into ``dest``, and the overrides that point at it."""
+    shutil.copytree(root, dest, dirs_exist_ok=True)
+    return tiny_overrides(dest)
+
+
 @pytest.fixture
 def tiny_project(tmp_path):
     """Hydra overrides for a project whose biokg dataset is the tiny test graph, with 3 test queries."""

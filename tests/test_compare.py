@@ -10,7 +10,7 @@ from ark.cli import main
 from ark.errors import UserError
 from ark.report.compare import compare
 from ark.report.intervals import paired
-from tests.conftest import compose_cfg, tiny_overrides, tiny_project_at
+from tests.conftest import compose_cfg, copy_project, tiny_project_at
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,7 @@ def built_runs(tmp_path_factory):
 def two_runs(built_runs, tmp_path):
     """(BM25's run directory, the rules policy's, overrides): in this test's own copy of the module's project."""
     root, bm25, rules = built_runs
-    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
-    return tmp_path / bm25, tmp_path / rules, tiny_overrides(tmp_path)
+    return tmp_path / bm25, tmp_path / rules, copy_project(root, tmp_path)
 
 
 def scores(run_dir: Path) -> dict:

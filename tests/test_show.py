@@ -2,14 +2,13 @@
 import io
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from ark.cli import main
 from ark.report.show import show
-from tests.conftest import compose_cfg, tiny_overrides, tiny_project_at
+from tests.conftest import compose_cfg, copy_project, tiny_project_at
 
 GOLD = {"q1": {3}, "q2": {4, 0}, "q3": {2}}  # as the tiny_project fixture writes them
 NODE_ROW = re.compile(r" *(?:\d+ )?([✓ ]) \[(\d+)\]")  # ranking rows, observation lines, missed gold
@@ -34,8 +33,7 @@ def built(tmp_path_factory):
 def published(built, tmp_path):
     """(run directory, overrides) of that run, in this test's own copy of the project."""
     root, run_dir = built
-    shutil.copytree(root, tmp_path, dirs_exist_ok=True)
-    return tmp_path / run_dir, tiny_overrides(tmp_path)
+    return tmp_path / run_dir, copy_project(root, tmp_path)
 
 
 def text_of(*args, **kwargs) -> str:
