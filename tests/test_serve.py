@@ -203,13 +203,25 @@ def test_the_printed_run_command_carries_the_served_models_name_sampling_and_add
     embedded = build.spec(served_config([]), "evaluate").backbone
     assert run_command(embedded, "http://127.0.0.1:8000/v1") == (
         "python -m ark.stages.evaluate backbone=served backbone.name=smollm2 backbone.model=openai/smollm2 "
-        "eval.limit=5")  # conf/backbone/served.yaml holds the embedded model's sampling and ark serve's address
+        "eval.concurrency=2 eval.limit=5")  # served.yaml holds the embedded model's sampling and ark serve's address;
+    # 2 queries of 3 agents fit its 8 decoding rows (the run's default, 8 queries, is 24 requests)
     student = build.spec(served_config(["backbone=student", "backbone.local.adapter=/x/my-student"]),
                          "evaluate").backbone
     command = run_command(student, "http://0.0.0.0:9000/v1")
     assert "backbone.name=smollm2-my-student backbone.model=openai/smollm2-my-student" in command
     assert "backbone.api_base=http://0.0.0.0:9000/v1" in command
     assert "backbone.temperature=0.0" in command and "backbone.max_tokens=256" in command
+
+
+@pytest.mark.parametrize("rows, concurrency", [(1, 1), (2, 1), (6, 2), (12, 4), (24, None), (64, None)])
+def test_the_printed_run_keeps_no_more_requests_in_flight_than_the_server_decodes_together(rows, concurrency):
+    from ark import build
+    from ark.serve import run_command, served_config
+
+    backbone = build.spec(served_config([f"backbone.local.decode_rows={rows}"]), "evaluate").backbone
+    words = run_command(backbone, "http://127.0.0.1:8000/v1").split()
+    asked = [w.split("=")[1] for w in words if w.startswith("eval.concurrency=")]
+    assert asked == ([] if concurrency is None else [str(concurrency)])  # the run's default (8) where it fits
 
 
 def test_the_printed_command_composes_to_a_run_against_the_served_model():

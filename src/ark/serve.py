@@ -32,20 +32,31 @@ def served_name(backbone) -> str:
 
 def run_command(backbone, url: str) -> str:
     """The evaluation that ``ark serve`` prints: ``backbone=served`` (conf/backbone/served.yaml) named after the
-    served model, with the served backbone's sampling where it differs from that file's, and its URL where it is
-    not the file's default."""
+    served model, with the served backbone's sampling where it differs from that file's, its URL where it is not
+    the file's default, and no more queries in flight than the server decodes together (``queries_in_flight``)."""
     from omegaconf import OmegaConf
 
-    from ark.config import CONF
+    from ark.config import CONF, compose
 
     name = served_name(backbone)
+    run = compose(["backbone=served"])  # the printed run's own defaults: agents a query, queries in flight
     words = ["python -m ark.stages.evaluate backbone=served", f"backbone.name={name}", f"backbone.model=openai/{name}"]
     default = OmegaConf.load(CONF / "backbone" / "served.yaml")
     if url != default.api_base:
         words.append(f"backbone.api_base={url}")
     words += [f"backbone.{key}={getattr(backbone, key)}" for key in ("temperature", "top_p", "max_tokens")
               if getattr(backbone, key) != default.get(key)]
+    fitted = queries_in_flight(backbone.local.decode_rows, run.agent.n_agents)
+    if fitted < run.eval.concurrency:
+        words.append(f"eval.concurrency={fitted}")
     return " ".join([*words, "eval.limit=5"])
+
+
+def queries_in_flight(decode_rows: int, n_agents: int) -> int:
+    """The queries a run against the server keeps in flight so that its requests fit one decoding step: with
+    the defaults' 8 queries of 3 agents, 15 requests for 5 queries took turns on an AVX2-only CPU until 3 of the
+    5 queries had failed on the client's 120 s timeout (``benchmarks/serve_run.py``, benchmarks/README.md)."""
+    return max(1, decode_rows // max(1, n_agents))
 
 
 def usage(backbone, url: str) -> str:
@@ -55,8 +66,8 @@ def usage(backbone, url: str) -> str:
         f"serving {name} at {url} (Ctrl-C stops it)",
         "a run against it (named after the served model):",
         f"  {run_command(backbone, url)}",
-        f"  (it decodes up to {backbone.local.decode_rows} requests a step, backbone.local.decode_rows; a reply is "
-        f"at most {backbone.max_tokens} tokens, backbone.max_tokens)",
+        f"  (it decodes up to {backbone.local.decode_rows} requests a step, backbone.local.decode_rows, and the run "
+        f"keeps no more in flight; a reply is at most {backbone.max_tokens} tokens, backbone.max_tokens)",
         f"curl:    curl -s {url}/chat/completions -H 'Content-Type: application/json' "
         f"-d '{{\"model\": \"{name}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
         f"openai:  OpenAI(base_url=\"{url}\", api_key=\"none\").chat.completions.create(model=\"{name}\", ...)",
