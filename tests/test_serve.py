@@ -250,3 +250,51 @@ def test_a_reply_is_held_to_the_served_max_tokens_and_a_bad_max_tokens_is_a_400(
         with pytest.raises(HTTPError) as e:
             generate({"messages": [], "max_tokens": bad})
         assert e.value.status == 400
+
+
+def test_an_idle_server_lets_its_kept_prompts_shrink_once_after_each_burst_and_never_while_a_request_runs():
+    import threading
+    import time
+
+    from ark.serve import IdleRelease
+
+    class KeptPrompts:  # the model's PrefixCache: what it is shrunk to
+        def __init__(self):
+            self.shrunk = []
+
+        def shrink(self, tokens):
+            self.shrunk.append(tokens)
+
+    class Model:
+        prefix_cache = KeptPrompts()
+        _lock = threading.Lock()
+
+    def released(times: int) -> bool:
+        deadline = time.monotonic() + 10
+        while len(shrunk) < times and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return shrunk == [100] * times
+
+    model, started, finish = Model(), threading.Event(), threading.Event()
+    shrunk = model.prefix_cache.shrunk
+    idle = IdleRelease(model, idle_s=0.3, keep_tokens=100).start()
+    try:
+        quick = idle.wrap(lambda request: "reply")
+        slow = idle.wrap(lambda request: started.set() or finish.wait(10) and "reply")
+        time.sleep(0.5)
+        assert shrunk == []  # nothing was computed yet
+        assert quick({}) == "reply"
+        ended = time.monotonic()
+        assert released(1) and time.monotonic() - ended >= 0.3  # after 0.3 s without a request, not before
+        time.sleep(0.6)
+        assert shrunk == [100]  # once a burst
+        worker = threading.Thread(target=slow, args=({},))
+        worker.start()
+        started.wait(10)
+        time.sleep(0.8)
+        assert shrunk == [100]  # a request running for 0.8 s is not idleness
+        finish.set()
+        worker.join(10)
+        assert released(2)
+    finally:
+        idle.stop()
