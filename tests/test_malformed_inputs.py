@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ark.errors import UserError
 from tests.conftest import ROOT, compose_cfg
 
 BASE = ["logger=none", "retriever.params.stemmer=null", "backbone=rules", "agent.n_agents=1", "eval.progress=false"]
@@ -374,9 +375,9 @@ CASES = [
      "records.jsonl line 2: nested deeper", False),
     # a secret as an override: refused before Hydra writes its logs (nothing written holds it)
     ("secret-api_key", "evaluate", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], None,
-     "backbone.extra.api_key: a secret given on the command line", True),
+     "backbone.extra.api_key is an argument the client sets itself", True),
     ("secret-password", "collect", [f"+backbone.extra.db_password={CANARY}"], None,
-     "backbone.extra.db_password: a secret given", True),
+     "backbone.extra.db_password: the command line may set only litellm's non-secret settings", True),
     ("pheno-dir-loop", "make_queries", ["queries=phenopackets", "queries.source=${paths.root}/cases"], packets_and_loop,
      "loop.json: not a readable file (a broken or looping link?)", False),
     ("pheno-empty", "make_queries", PHENO, write("cases.jsonl", ""), "holds no phenopacket", False),
@@ -525,6 +526,46 @@ def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_
     assert snapshot(p) == before
 
 
+# a secret on the command line under each spelling a user has tried: none passes, whatever its name
+SECRET_SPELLINGS = [f"+backbone.extra.accessToken={CANARY}", f"+backbone.extra.Authorization={CANARY}",
+                    f"+backbone.extra.pwd={CANARY}", f"+backbone.extra.extra_headers={{Authorization:{CANARY}}}",
+                    f"+backbone.extra.headers={{x-api-key:{CANARY}}}", f"+backbone.extra.extra_body={{token:{CANARY}}}",
+                    f"++backbone.extra={{api_key:{CANARY}}}", f"+llm.accessToken={CANARY}"]
+PRICING = ["+backbone.extra.input_cost_per_token=0.000001", "+backbone.extra.output_cost_per_token=0.000002"]
+
+
+@pytest.mark.parametrize("override", SECRET_SPELLINGS)
+def test_a_secret_on_the_command_line_is_refused_under_any_name_and_not_echoed(override):
+    from ark.config import check_overrides
+
+    with pytest.raises(UserError) as e:
+        check_overrides(["backbone=gpt-4.1", override])
+    assert CANARY not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_documented_pricing_overrides_pass_the_command_line_check():
+    from ark.config import check_overrides
+
+    check_overrides(["backbone=gpt-4.1", "backbone.model=openai/my-proxy-alias", "eval.max_cost_usd=0.01", *PRICING])
+
+
+@pytest.mark.e2e
+def test_no_file_of_the_project_or_its_logs_holds_a_secret_refused_on_the_command_line(template, tmp_path):
+    """Each spelling through a stage's own entry point: exit 2 with one line before Hydra writes its logs; then every
+    file under the project (logs included) is searched for the canary."""
+    p = tmp_path / "p"
+    shutil.copytree(template, p)
+    for override in SECRET_SPELLINGS:
+        out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *paths(p), *BASE, "backbone=gpt-4.1",
+                              override, f"hydra.run.dir={p}/logs/hydra"],
+                             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        lines = (out.stdout + out.stderr).strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (override, lines)
+        assert CANARY not in lines[0]
+    held = [f for f in p.rglob("*") if f.is_file() and CANARY.encode() in f.read_bytes()]
+    assert held == [] and not (p / "logs" / "hydra").exists()
+
+
 def test_a_record_appended_twice_is_kept_once_with_a_warning(template, tmp_path, capsys):
     """Valid but odd: a query's record appears twice in records.jsonl (a line copied by hand). The run resumes,
     keeps the last, says so in one warning, and its metrics are those of the template."""
@@ -574,9 +615,9 @@ SETTINGS = [
     ("estimate", ["agent.T_maxx=3"], "Could not override 'agent.T_maxx'"),
     ("estimate", ["agent=nonexistent"], "agent=nonexistent: no such option"),
     ("estimate", ["backbone=gpt-4.1", "backbone.tool_mode=bogus"], "backbone.tool_mode must be one of"),
-    ("ask", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], "put it in an environment variable"),
+    ("ask", ["backbone=gpt-4.1", f"+backbone.extra.api_key={CANARY}"], "an environment variable named by"),
     ("ask", ["backbone=gpt-4.1", "+backbone.extra.api_base=http://127.0.0.1:9/v1"], "give it as backbone.api_base"),
-    ("estimate", ["backbone=gpt-4.1", f"+backbone.extra.db_password={CANARY}"], "put it in an environment variable"),
+    ("estimate", ["backbone=gpt-4.1", f"+backbone.extra.db_password={CANARY}"], "put a key in an environment variable"),
 
 ]
 SETTINGS_IDS = ["ask-key-mistyped", "ask-option-unknown", "ask-sweep", "ask-expand-negative", "ask-tool_mode-bogus",

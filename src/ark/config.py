@@ -71,10 +71,8 @@ def check_overrides(args) -> None:
                         "https://hydra.cc/docs/advanced/override_grammar/basic/") from None
     for o in overrides:
         group = o.key_or_group
-        if not o.is_delete() and secret_name(group) and o.get_value_element_as_str() not in ("null", ""):
-            raise UserError(f"{group}: a secret given on the command line would be written to the run's config.yaml "
-                            "and Hydra's logs; put it in an environment variable instead (the API key's is named by "
-                            "backbone.api_key_env, e.g. backbone.api_key_env=MY_PROVIDER_KEY)")
+        if not o.is_delete():
+            check_not_secret(group, o)
         if o.is_sweep_override() and not multirun:
             raise UserError(f"{o.input_line} sweeps over several values: add --multirun (-m) to run each")
         if o.is_delete() or group.startswith("hydra") or not (CONF / group).is_dir():
@@ -90,14 +88,57 @@ def check_overrides(args) -> None:
                  and not o.key_or_group.startswith("hydra")])
 
 
-SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pass", "credential", "credentials",
-                "auth", "bearer"}
+# litellm.completion's arguments that the client sets from other settings: backbone.extra may not hold them
+CLIENT_ARGUMENTS = {"model": "backbone.model", "messages": "the agent's conversation",
+                    "temperature": "backbone.temperature", "top_p": "backbone.top_p",
+                    "max_tokens": "backbone.max_tokens", "seed": "the run's seed", "tools": "the agent's tools",
+                    "tool_choice": "backbone.tool_choice", "api_base": "backbone.api_base",
+                    "base_url": "backbone.api_base", "api_key": "an environment variable named by backbone.api_key_env",
+                    "timeout": "llm.retry.timeout", "num_retries": "llm.retry.max_attempts"}
+
+# What the command line may put in backbone.extra: litellm's settings that are not secrets (a price of one's own,
+# sampling, limits). Anything else (a header, a request body, a token under any name) could carry a secret, and the
+# command line is written to the run's config.yaml and Hydra's logs: those come from a backbone's config file.
+EXTRA_SETTINGS = ("input_cost_per_token", "output_cost_per_token", "frequency_penalty", "presence_penalty",
+                  "repetition_penalty", "top_k", "min_p", "stop", "logit_bias", "logprobs", "top_logprobs",
+                  "max_completion_tokens", "reasoning_effort", "parallel_tool_calls", "response_format",
+                  "drop_params", "api_version", "custom_llm_provider")
+SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "pass", "credential", "credentials",
+                "auth", "authorization", "bearer"}
+
+
+def check_not_secret(key: str, override) -> None:
+    """Refuse, before Hydra writes anything, a command-line override that could carry a secret: under
+    ``backbone.extra`` any key but ``EXTRA_SETTINGS`` (the pricing overrides among them), elsewhere a key whose last
+    name is a secret's."""
+    value = override.value() if not override.is_sweep_override() else None
+    extra = {}
+    if key == "backbone" and isinstance(value, dict):
+        extra = value.get("extra") if isinstance(value.get("extra"), dict) else {}
+    elif key == "backbone.extra":
+        extra = value if isinstance(value, dict) else {}
+    elif key.startswith("backbone.extra."):
+        extra = {key.split(".")[2]: value}
+    for name in extra:
+        if name in CLIENT_ARGUMENTS:
+            raise UserError(f"backbone.extra.{name} is an argument the client sets itself; give it as "
+                            f"{CLIENT_ARGUMENTS[name]}")
+        if name not in EXTRA_SETTINGS:
+            raise UserError(f"backbone.extra.{name}: the command line may set only litellm's non-secret settings there "
+                            f"({', '.join(EXTRA_SETTINGS)}), as it is written to the run's config.yaml and Hydra's "
+                            "logs; put a key in an environment variable (named by backbone.api_key_env), headers "
+                            "and request bodies in a backbone config file")
+    if not key.startswith("backbone.extra") and secret_name(key) and value not in (None, ""):
+        raise UserError(f"{key}: a secret given on the command line would be written to the run's config.yaml "
+                        "and Hydra's logs; put it in an environment variable instead (the API key's is named by "
+                        "backbone.api_key_env, e.g. backbone.api_key_env=MY_PROVIDER_KEY)")
 
 
 def secret_name(key: str) -> bool:
-    """Whether a dotted key's last name is a secret's (``api_key``, ``db_password``, ``access_token``), not one naming
+    """Whether a dotted key's last name is a secret's (``api_key``, ``db_password``, ``accessToken``), not one naming
     where a secret is (``api_key_env``) or a setting (``max_tokens``)."""
-    words = set(re.split(r"[_\-]+", key.rsplit(".", 1)[-1].lower()))
+    name = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key.rsplit(".", 1)[-1]).lower()
+    words = set(re.split(r"[_\-]+", name))
     return bool(words & SECRET_WORDS) and "env" not in words
 
 

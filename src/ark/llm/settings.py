@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ark.config import CLIENT_ARGUMENTS
 from ark.errors import UserError
 from ark.secrets import scrub_urls
 from ark.settings import check_choice, check_int, check_number
@@ -63,15 +64,6 @@ class RetryPolicy:
                     f"({error[:120]}); a busy server answers slower the more requests are in flight: lower "
                     "eval.concurrency (or agent.n_agents) or raise llm.retry.timeout")
         return f"failed after {self.max_attempts} attempts: {error}"
-
-
-# litellm.completion's arguments that the client sets from other settings: backbone.extra may not hold them
-CLIENT_ARGUMENTS = {"model": "backbone.model", "messages": "the agent's conversation",
-                    "temperature": "backbone.temperature", "top_p": "backbone.top_p",
-                    "max_tokens": "backbone.max_tokens", "seed": "the run's seed", "tools": "the agent's tools",
-                    "tool_choice": "backbone.tool_choice", "api_base": "backbone.api_base",
-                    "base_url": "backbone.api_base", "api_key": "an environment variable named by backbone.api_key_env",
-                    "timeout": "llm.retry.timeout", "num_retries": "llm.retry.max_attempts"}
 
 
 @dataclass
