@@ -166,9 +166,6 @@ query_rows = st.lists(st.fixed_dictionaries({"id": st.text(min_size=1, max_size=
                                                       "meta": json_values}), max_size=3)
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason="found by this test: a row whose meta is not an object (a list) is an "
-                   "AttributeError in the publication-spread order; the fix (load_queries checks meta) changes code "
-                   "every stage executes, so it lands with the next full regeneration (branch issue-62-secrets)")
 @FUZZ
 @given(content=st.binary(max_size=200) | query_rows.map(lambda rows: b"\n".join(map(dumps, rows))),
        split=st.sampled_from(["test", "test-spread", "test-0.5"]))

@@ -450,6 +450,8 @@ CASES = [
     # query files that hold rows but no usable question
     ("row-id-not-string", "evaluate", [], rows({"id": 7, "query": "x", "answer_ids": [1]}),
      "row 1: expected a JSON object with a non-empty string 'id'", False),
+    ("row-meta-not-object", "evaluate", [], rows({"id": "q1", "query": "x", "answer_ids": [1], "meta": [1]}),
+     "row 1: 'meta' must be a JSON object, got [1]", False),
     ("query-whitespace", "evaluate", [], rows({"id": "q1", "query": " \t ", "answer_ids": [1]}),
      "row 1: needs a string 'id' and a non-empty string 'query'", False),
     ("queries-empty-file", "evaluate", [], write("data/queries/biokg/synthetic/test.jsonl", ""), "no queries in",

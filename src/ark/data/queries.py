@@ -112,6 +112,8 @@ def load_queries(queries_dir: str | Path, split: str, seed: int = 0) -> list[dic
         if not isinstance(q, dict) or not isinstance(q.get("id"), str) or not q["id"]:
             raise UserError(f"{path} row {i}: expected a JSON object with a non-empty string 'id', got "
                             f"{brief(q)}")
+        if q.get("meta") is not None and not isinstance(q["meta"], dict):
+            raise UserError(f"{path} row {i}: 'meta' must be a JSON object, got {brief(q['meta'])}")
     return rows
 
 
