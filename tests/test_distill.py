@@ -440,6 +440,25 @@ def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, 
         distill.run(cfg, None, tokenizer)
 
 
+@pytest.mark.parametrize("out, publish, budgets", [
+    ("a/student", "a/published", "{small: 1}"),  # the budget's copy beside publish is the trained a/small
+    ("a/student", "a/student", "null"),
+    ("a/student", "b/small", "{small: 1}"),  # apart from a/: accepted
+])
+def test_distill_refuses_a_publish_that_is_a_directory_it_trains_into(tmp_path, out, publish, budgets):
+    """Found after a whole training: with out and publish under one parent, a budget's published copy was its own
+    trained directory (shutil.SameFileError at the end). Refused with the settings, before any model loads."""
+    from ark.errors import UserError
+
+    overrides = ["distill=smoke", "distill.max_steps=null", "distill.val_fraction=0", f"distill.out={tmp_path / out}",
+                 f"distill.publish={tmp_path / publish}", f"distill.budgets={budgets}"]
+    if publish.startswith("b/"):
+        assert recipe(overrides).publish == str(tmp_path / publish)  # apart: accepted
+        return
+    with pytest.raises(UserError, match="would be a directory the training writes"):
+        recipe(overrides)
+
+
 def test_the_validation_split_holds_out_a_publications_cases_together(monkeypatch):
     """Case reports of one publication share a family and a text: the held-out part is drawn by publication, any
     other query by its id; the units come from the query files the teacher runs name, not from their gold."""

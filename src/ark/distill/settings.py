@@ -2,8 +2,10 @@
 what ``ark.stages.distill`` and ``ark.distill.train`` read, and nothing else."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ark.errors import UserError
 from ark.settings import check_bool, check_int, check_number, from_mapping, is_int
@@ -85,6 +87,8 @@ class DistillSettings:
                             f"got {self.teacher!r}")
         if self.budgets:
             self.check_nested()
+        if self.publish:
+            self.check_publish()
 
     @property
     def teachers(self) -> list[str]:
@@ -92,6 +96,17 @@ class DistillSettings:
         if not self.teacher:
             raise UserError("distill.teacher must name the teacher's run (a run directory or a run root), or a list")
         return [self.teacher] if isinstance(self.teacher, str) else list(self.teacher)
+
+    def check_publish(self) -> None:
+        """The published copies (``publish``, and each budget's beside it) must not be the trained directories
+        (``out``, each budget's beside it): a copy onto itself would fail after the whole training."""
+        names = list(self.budgets or {})
+        trained = {os.path.abspath(self.out)} | {os.path.abspath(Path(self.out).parent / n) for n in names}
+        published = [Path(self.publish)] + [Path(self.publish).parent / n for n in names]
+        same = [str(p) for p in published if os.path.abspath(p) in trained]
+        if same:
+            raise UserError(f"distill.publish {self.publish}: the published copy {same[0]} would be a directory the "
+                            f"training writes (distill.out {self.out} and its budgets beside it); publish elsewhere")
 
     def check_nested(self) -> None:
         """Budgets need updates that a later sample cannot change: one sample an update, no held-out split, a learning
