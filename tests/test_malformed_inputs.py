@@ -411,6 +411,8 @@ CASES = [
      "backbone.api_base must be null or an http(s):// URL", False),
     ("hosted-api_base-with-a-credential", "evaluate", ["backbone=gpt-4.1", "backbone.api_base=http://u:sk-1@h.org/v1"],
      None, "backbone.api_base carries a credential", False),
+    ("served-nothing-listens", "evaluate", ["backbone=served", "backbone.api_base=http://127.0.0.1:9/v1"], None,
+     "nothing answers at http://127.0.0.1:9/v1 (connection refused): start the server first", False),
     ("hosted-model-empty", "evaluate", ["backbone=gpt-4.1", "backbone.model=''"], None,
      "backbone.model must name a model", False),
     ("max-cost-inf", "evaluate", ["eval.max_cost_usd=inf"], None,

@@ -113,7 +113,11 @@ class HostedBackbone(Backbone):
         return endpoint and scrub_urls(endpoint)
 
     def check_files(self) -> None:
-        pass
+        api_base = self.resolved_api_base()
+        if api_base:  # a server of one's own (a provider's address is theirs to keep up)
+            from ark.llm.client import check_listening
+
+            check_listening(api_base)
 
     @property
     def text_protocol(self) -> bool:

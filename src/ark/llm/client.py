@@ -24,6 +24,7 @@ from dataclasses import asdict
 
 import litellm
 
+from ark.errors import UserError
 from ark.llm.settings import RetryPolicy
 from ark.llm.result import LLMResult
 from ark.secrets import known_keys, scrub, scrub_urls
@@ -71,6 +72,24 @@ def served_model(api_base: str | None, backbone: Backbone, timeout: float = 10.0
     return {"served": None if entry is None else {"id": entry.get("id"), "created": entry.get("created")}}
 
 
+def check_listening(api_base: str, timeout: float = 5.0) -> None:
+    """One clear error, before a run writes anything, where nothing listens at a server's address (its connection is
+    refused): every call would fail after its retries. Anything else (a slow or unknown host) is left to the calls."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(api_base)
+    try:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        raise UserError(f"nothing answers at {scrub_urls(api_base)} (connection refused): start the server first (the "
+                        "embedded model or a student: `ark serve`, which prints the run command), or point "
+                        "backbone.api_base (or ARK_SERVE_URL) at one that runs") from None
+    except (OSError, ValueError):
+        pass
+
+
 def request_key(request: dict) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -86,7 +105,6 @@ class LLMClient:
         self.cap = cap  # an ark.llm.spending.SpendingCap, or None
         self.prices = None  # (USD per input token, per output token): what a call is reserved at under a cap
         if cap is not None:
-            from ark.errors import UserError
             from ark.llm.spending import token_prices, unpriced
 
             self.prices = token_prices(backbone.model, backbone.extra)
