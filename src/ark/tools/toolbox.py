@@ -282,6 +282,10 @@ class Toolbox:
         name, n = str(self.graph.name[v]), self.config.name_chars
         return quoted(name if len(name) <= n else name[: n - 3] + "...")
 
+    def _source(self, v: int) -> str:
+        """The node's id in its source (``OMIM:100800``): what tells same-named nodes apart, as in answers."""
+        return label(self.graph.source_id(v)[:80])
+
     def _node(self, v) -> int:
         try:
             return self.graph.check_node(_as_int(v, "node_index"))
@@ -301,10 +305,10 @@ class Toolbox:
             raise ToolError(str(e)) from None
 
     def _label(self, v: int) -> str:
-        return f"[{v}] {label(self.graph.type_name(v))} {self._name(v)}"
+        return f"[{v}] {label(self.graph.type_name(v))} {self._name(v)} ({self._source(v)})"
 
     def _line(self, v: int, score: float | None, links: str = "") -> str:
-        parts = [f"[{v}] {label(self.graph.type_name(v))} | {self._name(v)}"]
+        parts = [f"[{v}] {label(self.graph.type_name(v))} | {self._name(v)} | {self._source(v)}"]
         if score is not None:
             parts.append(f"score {score:.2f}")
         if links:
