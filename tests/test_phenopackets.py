@@ -420,3 +420,24 @@ def test_the_lpo_table_counts_the_answerable_cases_of_the_split_each_graph_was_c
     t = table_lpo({"full": full, "cut": cut}, tmp_path, ["synthetic", "phenopackets", "phenopackets_gene"])
     assert t.columns[-2:] == ["phenopackets answerable", "phenopackets_gene answerable"]  # synthetic has no notion
     assert t.rows == [["cut", "test", 3, 4, 1, "1 of 2 (test)", "1 of 3 (test)"]]  # the full graph cut nothing
+
+
+def test_a_download_shows_its_bytes_as_they_come(tmp_path, capsys):
+    """A large source file is not fetched in the dark: the download's bar counts its bytes against the length the
+    server gives, and the file is the server's."""
+    from ark.fetch import download
+
+    body = bytes(range(256)) * 12_000  # 3 MB: several reads
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "big.bin").write_bytes(body)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(QuietHandler, directory=str(tmp_path / "served")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        download(f"http://127.0.0.1:{server.server_address[1]}/big.bin", tmp_path / "big.bin")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (tmp_path / "big.bin").read_bytes() == body
+    err = capsys.readouterr().err
+    assert "downloading http://127.0.0.1" in err and "big.bin" in err and "2.93M/2.93M" in err, err

@@ -30,10 +30,16 @@ def hf_url(repo: str, revision: str, path: str, repo_type: str = "dataset") -> s
 
 def download(url: str, to: Path, hint: str = "; without network, set ARK_MIRROR to a directory holding a copy") -> None:
     """``url`` into the file ``to``; any network failure is one line naming the URL, then ``hint``."""
+    from tqdm import tqdm
+
     print(f"downloading {url}", file=sys.stderr, flush=True)
     try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(to, "wb") as out:
-            shutil.copyfileobj(response, out, 1 << 20)
+        with urllib.request.urlopen(url, timeout=60) as response, open(to, "wb") as out, \
+                tqdm(total=int(response.headers.get("Content-Length") or 0) or None, unit="B", unit_scale=True,
+                     unit_divisor=1024, desc=Path(to).name[:40], mininterval=1, file=sys.stderr) as bar:
+            while chunk := response.read(1 << 20):  # the bytes so far, where a large file would be silent
+                out.write(chunk)
+                bar.update(len(chunk))
     except OSError as e:  # URLError, HTTPError, a timeout
         raise UserError(f"could not download {url} ({getattr(e, 'reason', e)}){hint} (docs/data.md)") from None
 

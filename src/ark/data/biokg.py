@@ -14,7 +14,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import urllib.request
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -82,6 +81,7 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
             fetched = Path(tmp) / a["file"]
             if a["kind"] not in FETCH:
                 raise UserError(f"artefact {name}: unknown kind {a['kind']!r} (expected {' or '.join(FETCH)})")
+            print(f"fetching {a['file']} ({a['kind']})", file=sys.stderr, flush=True)
             FETCH[a["kind"]](a, tmp)
             if not fetched.exists():
                 raise UserError(f"artefact {name}: {a['file']} was not produced by the download")
@@ -101,7 +101,9 @@ def _fetch_deb(a: dict, tmp: str) -> None:
     try:  # the machine's apt sources first, then the Debian pool directly
         _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp)
     except (OSError, UserError):
-        urllib.request.urlretrieve(a["url"], Path(tmp) / a["file"])
+        from ark.fetch import download
+
+        download(a["url"], Path(tmp) / a["file"], hint="")
 
 
 def _unpack_wheel(path: Path, work_dir: Path) -> None:
