@@ -97,6 +97,22 @@ def test_train_collection_and_test_evaluation_keep_both_record_files(tiny_rules)
         assert [r.id for r in records] == ids and config["split"] == ("train" if ids[0] == "t1" else "test")
 
 
+def test_the_progress_bar_counts_steps_and_calls_in_flight_not_only_finished_queries(tiny_rules, capsys):
+    """A served model can take minutes a query: the bar's postfix counts the agents' steps as they come back and
+    the model calls out, and ends with every call back."""
+    import re
+
+    from ark.stages import evaluate
+
+    result = evaluate.run(rules_cfg(tiny_rules, "eval.progress=true", "agent.n_agents=2"))
+    err = capsys.readouterr().err
+    steps = [int(s) for s in re.findall(r"steps=(\d+)", err)]
+    assert steps, err[-2000:]
+    config, records = load_run(result["run_dir"])
+    assert steps[-1] == sum(t.steps for r in records for t in r.agents), err[-2000:]
+    assert re.findall(r"calls in flight=(-?\d+)", err)[-1] == "0", err[-2000:]
+
+
 def _keys(obj):
     if isinstance(obj, dict):
         for k, v in obj.items():

@@ -34,6 +34,7 @@ async def run_agent(session, toolbox: Toolbox, query: str, *, T_max: int, agent:
     observations: list[Observation] = []
     idle = 0  # replies in a row without a valid tool call
     for step in range(T_max):
+        _emit(on_event, "call", agent=agent, step=step)
         reply = await session.act(messages, observations)
         if reply.context_full:
             traj.context_full = True

@@ -37,14 +37,14 @@ async def run_query(policy, toolbox: Toolbox, query: dict, agent: AgentSettings,
 
 
 async def run_queries(policy, toolbox: Toolbox, queries: list[dict], agent: AgentSettings, concurrency: int,
-                      on_record=None, **how) -> None:
-    """Run the queries with at most ``concurrency`` in flight; ``on_record(query, record)`` as each finishes;
-    ``how``: ``run_query``'s keywords."""
+                      on_record=None, on_event=None, **how) -> None:
+    """Run the queries with at most ``concurrency`` in flight; ``on_record(query, record)`` as each finishes,
+    ``on_event(kind, payload)`` as their agents step (``ark.agent.loop``); ``how``: ``run_query``'s keywords."""
     limit = asyncio.Semaphore(concurrency)
 
     async def one(q: dict):
         async with limit:
-            record = await run_query(policy, toolbox, q, agent, **how)
+            record = await run_query(policy, toolbox, q, agent, on_event=on_event, **how)
         if on_record is not None:
             on_record(q, record)
 

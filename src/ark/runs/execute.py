@@ -49,8 +49,9 @@ class Agents:
     def one(self, query: dict, on_event=None) -> QueryRecord:
         return asyncio.run(run_query(self.policy, self.tools, query, self.settings, on_event=on_event, **self.how))
 
-    def many(self, queries: list[dict], concurrency: int, on_record=None) -> None:
-        asyncio.run(run_queries(self.policy, self.tools, queries, self.settings, concurrency, on_record, **self.how))
+    def many(self, queries: list[dict], concurrency: int, on_record=None, on_event=None) -> None:
+        asyncio.run(run_queries(self.policy, self.tools, queries, self.settings, concurrency, on_record, on_event,
+                                **self.how))
 
     @property
     def model_calls(self) -> int:
@@ -159,14 +160,30 @@ def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str,
     open_agents = functools.partial(agents, run_name=run.name, run_ledger=ledger)
     progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {spec.backbone.name}",
                     mininterval=1, disable=not spec.eval.progress)
-    cost = [0.0]
+    cost, shown = [0.0], {}
+    live = {"steps": 0, "calls in flight": 0}  # a query of many slow steps is not a wait in the dark
+    drawn = [time.monotonic()]
+
+    def show(refresh: bool) -> None:
+        progress.set_postfix({**shown, **live, "cost": f"${cost[0]:.4f}"}, refresh=False)
+        if refresh and time.monotonic() - drawn[0] >= 1:
+            drawn[0] = time.monotonic()
+            progress.refresh()
 
     def on_record(query: dict, record: QueryRecord) -> None:
         store.add(record)
-        progress.update(1)
         cost[0] += sum(a.cost for a in record.agents)
-        shown = score.running(record) if score is not None else {}
-        progress.set_postfix({**shown, "cost": f"${cost[0]:.4f}"}, refresh=False)
+        shown.update(score.running(record) if score is not None else {})
+        show(False)
+        progress.update(1)
+
+    def on_event(kind: str, payload: dict) -> None:
+        if kind == "call":
+            live["calls in flight"] += 1
+        elif kind in ("reply", "error", "context_full"):  # the call came back (or was not sent: context full)
+            live["calls in flight"] -= 1
+            live["steps"] += kind == "reply"
+        show(True)
 
     model_calls = 0
     try:
@@ -174,7 +191,7 @@ def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str,
             model_calls, _ = run_in_workers(spec, todo, on_record, open_agents)
         else:
             with open_agents(spec, tools) as a:
-                a.many(todo, spec.eval.concurrency, on_record)
+                a.many(todo, spec.eval.concurrency, on_record, on_event if spec.eval.progress else None)
                 model_calls = a.model_calls
     finally:
         progress.close()
