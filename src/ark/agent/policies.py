@@ -102,7 +102,9 @@ def case_findings(query: str) -> list[str]:
 
 
 ANCHOR_HITS = 5  # global hits looked at for a finding's anchor
-_LINE_SCORE = re.compile(r'\[\d+\] [^|]*\| "(?:[^"\\]|\\.)*" \| score (-?\d+(?:\.\d+)?)')
+# a node's line (ark.tools.toolbox): [id] type | "name" | source id (bare, or a JSON string) | score s | ...
+_LINE_SCORE = re.compile(r'\[\d+\] [^|]*\| "(?:[^"\\]|\\.)*" \| (?:"(?:[^"\\]|\\.)*"|[^|"]*) \| '
+                         r'score (-?\d+(?:\.\d+)?)')
 _SHOWN = re.compile(r": showing \d+ of (\d+),")
 
 
