@@ -219,3 +219,19 @@ def test_a_runs_identity_holds_the_kernel_and_not_the_memory_bound():
     assert ident("backbone.local.linear=torch")["backbone"]["local"]["linear"] == "torch"
     with pytest.raises(Exception, match="backbone.local.linear must be one of onednn, torch"):
         ident("backbone.local.linear=mkl")
+
+
+def test_an_idle_model_shrinks_its_kept_prompts_under_its_lock(tiny, tokenizer):
+    """What ``ark serve`` calls once a burst is over: the kept prompts down to the tokens asked (``PrefixCache.shrink``,
+    least recently used first), never while a forward pass holds the model's lock."""
+    model = LocalChatModel.from_model(tiny, tokenizer, constrained=False)
+    for text in ("first question " * 5, "second question " * 5):
+        model.generate({"messages": [{"role": "user", "content": text}], "max_tokens": 2, "temperature": 0})
+    assert model.prefix_cache.tokens > 2 * C
+    done = threading.Event()
+    with model._lock:  # a forward pass under way: the shrink waits for it
+        t = threading.Thread(target=lambda: (model.shrink_kept(2 * C), done.set()))
+        t.start()
+        assert not done.wait(0.2)
+    t.join(10)
+    assert done.is_set() and model.prefix_cache.tokens <= 2 * C

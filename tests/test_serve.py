@@ -258,16 +258,11 @@ def test_an_idle_server_lets_its_kept_prompts_shrink_once_after_each_burst_and_n
 
     from ark.serve import IdleRelease
 
-    class KeptPrompts:  # the model's PrefixCache: what it is shrunk to
-        def __init__(self):
-            self.shrunk = []
+    class Model:  # LocalChatModel's part: what its kept prompts are shrunk to
+        shrunk: list = []
 
-        def shrink(self, tokens):
+        def shrink_kept(self, tokens):
             self.shrunk.append(tokens)
-
-    class Model:
-        prefix_cache = KeptPrompts()
-        _lock = threading.Lock()
 
     def released(times: int) -> bool:
         deadline = time.monotonic() + 10
@@ -276,7 +271,7 @@ def test_an_idle_server_lets_its_kept_prompts_shrink_once_after_each_burst_and_n
         return shrunk == [100] * times
 
     model, started, finish = Model(), threading.Event(), threading.Event()
-    shrunk = model.prefix_cache.shrunk
+    shrunk = model.shrunk
     idle = IdleRelease(model, idle_s=0.3, keep_tokens=100).start()
     try:
         quick = idle.wrap(lambda request: "reply")

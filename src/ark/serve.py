@@ -170,13 +170,7 @@ class IdleRelease:
         return max(0.0, self.last + self.idle_s - time.monotonic())
 
     def release(self) -> None:
-        kept = self.model.prefix_cache
-        if kept is not None:
-            with self.model._lock:  # the kept prompts are read and written under the model's lock
-                kept.shrink(self.keep_tokens)
-        from ark.llm.local import release_free_memory
-
-        release_free_memory()
+        self.model.shrink_kept(self.keep_tokens)
 
     def run(self) -> None:
         """Release whenever due, until ``stop()``: the body of a daemon thread."""

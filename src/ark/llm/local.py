@@ -293,6 +293,14 @@ class LocalChatModel:
         """End the requests being computed and waiting (a 503 each): the server is stopping."""
         self.kv.stop()
 
+    def shrink_kept(self, max_tokens: int) -> None:
+        """Keep the ``max_tokens`` most recently used tokens of the kept prompts and give the heap's free pages back
+        (an idle server after a burst: ``ark.serve.IdleRelease``)."""
+        if self.prefix_cache is not None:
+            with self._lock:  # the kept prompts are read and written under the model's lock
+                self.prefix_cache.shrink(max_tokens)
+        release_free_memory()
+
     # ------------------------------------------------------------------ pieces
     def render(self, request: dict) -> str:
         """The prompt text of a chat request (ChatML, generation prompt appended)."""
