@@ -9,7 +9,7 @@ equals that of the first setting::
 
     python benchmarks/embedded_batched_steps.py --records results/runs/evaluate/student-synthetic/*/records.jsonl \\
         --adapter data/students/embedded --queries 8 --settings 1:1 8:8
-    python benchmarks/embedded_batched_steps.py --kernel [--dtype float32]
+    python benchmarks/embedded_batched_steps.py --kernel [--dtype float32] [--linear torch] [--profile]
 
 ``--kernel``: one decoding step alone, no requests: random prompts of 700-3,000 tokens prefilled, then 10 steps of
 1, 2, 4 and 8 rows by ``decode_rows`` against the model's own forward pass one request at a time (ms a token), and
@@ -30,7 +30,7 @@ from transformers import DynamicCache
 import ark  # noqa: F401  (offline environment defaults)
 import ark.llm.batching as batching
 from ark.llm.local import LocalChatModel
-from ark.llm.weights import default_gguf_path, load_gguf
+from ark.llm.weights import default_gguf_path, load_gguf, pack_linears
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine  # noqa: E402
@@ -78,9 +78,12 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
             "replies": replies}
 
 
-def kernel(dtype: str) -> None:
+def kernel(dtype: str, linear: str, profile: bool) -> None:
     model, _ = load_gguf(default_gguf_path(), dtype=dtype, cache_dir="~/.cache/ark/models")
     model.eval()
+    if linear == "onednn":  # the product's default (backbone.local.linear)
+        linear = pack_linears(model, 8)
+    print(f"linear products: {linear}")
     torch.manual_seed(0)
 
     def copy(cache):
@@ -108,6 +111,15 @@ def kernel(dtype: str) -> None:
             step = (time.perf_counter() - t) / 10
             print(f"rows {rows}: {step * 1000:.1f} ms a step, {step / rows * 1000:.1f} ms a token, "
                   f"x{alone * rows / step:.2f} against one at a time")
+        if profile:  # where a step of 8 rows goes (torch.profiler, 5 steps)
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as profiler
+
+            caches = [copy(c) for c in prompts]
+            with profiler(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(5):
+                    batching.decode_rows(model, caches, [123] * 8, 8)
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
         single = batching.decode_rows(model, [copy(prompts[0])], [555], 4)[0]
         shared = batching.decode_rows(model, [copy(c) for c in prompts[:4]], [555, 7, 8, 9], 4)[0]
         own = one(copy(prompts[0]), 555)
@@ -121,6 +133,8 @@ def main() -> None:
     ap.add_argument("--records", type=Path)
     ap.add_argument("--kernel", action="store_true", help="time decoding steps alone (no requests)")
     ap.add_argument("--dtype", default="bfloat16", help="--kernel: the model's dtype")
+    ap.add_argument("--linear", default="onednn", choices=["onednn", "torch"], help="--kernel: the linear products")
+    ap.add_argument("--profile", action="store_true", help="--kernel: where a step of 8 rows goes")
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--free", action="store_true", help="decode freely (the students, base_free)")
     ap.add_argument("--queries", type=int, default=8)
@@ -128,7 +142,7 @@ def main() -> None:
     args = ap.parse_args()
     print(json.dumps(machine()))
     if args.kernel:
-        return kernel(args.dtype)
+        return kernel(args.dtype, args.linear, args.profile)
     if args.records is None:
         ap.error("--records is required (or --kernel)")
     requests = workload(args.records, args.queries, 1)
