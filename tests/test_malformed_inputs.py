@@ -531,20 +531,37 @@ def test_malformed_input_exits_2_with_one_line_and_writes_nothing(template, tmp_
 
 
 # a secret on the command line under each spelling a user has tried: none passes, whatever its name
-SECRET_SPELLINGS = [f"+backbone.extra.accessToken={CANARY}", f"+backbone.extra.Authorization={CANARY}",
-                    f"+backbone.extra.pwd={CANARY}", f"+backbone.extra.extra_headers={{Authorization:{CANARY}}}",
-                    f"+backbone.extra.headers={{x-api-key:{CANARY}}}", f"+backbone.extra.extra_body={{token:{CANARY}}}",
-                    f"++backbone.extra={{api_key:{CANARY}}}", f"+llm.accessToken={CANARY}"]
+SECRET_SPELLINGS = [[f"+backbone.extra.accessToken={CANARY}"], [f"+backbone.extra.Authorization={CANARY}"],
+                    [f"+backbone.extra.pwd={CANARY}"], [f"+backbone.extra.extra_headers={{Authorization:{CANARY}}}"],
+                    [f"+backbone.extra.headers={{x-api-key:{CANARY}}}"], [f"+backbone.extra.extra_body={{token:{CANARY}}}"],
+                    [f"++backbone.extra={{api_key:{CANARY}}}"], [f"+llm.accessToken={CANARY}"],
+                    [f"+backbone.extra_token={CANARY}"],  # beside backbone.extra, not in it
+                    [f"+backbone.extra.response_format={{type:json_object,api_key:{CANARY}}}"],  # inside a setting
+                    ["-m", f"+backbone.api_key={CANARY},{CANARY}2"],  # a sweep's values
+                    ["-m", f"++backbone.extra={{stop:x}},{{api_key:{CANARY}}}"]]
 PRICING = ["+backbone.extra.input_cost_per_token=0.000001", "+backbone.extra.output_cost_per_token=0.000002"]
 
 
-@pytest.mark.parametrize("override", SECRET_SPELLINGS)
-def test_a_secret_on_the_command_line_is_refused_under_any_name_and_not_echoed(override):
+@pytest.mark.parametrize("spelling", SECRET_SPELLINGS)
+def test_a_secret_on_the_command_line_is_refused_under_any_name_and_not_echoed(spelling):
     from ark.config import check_overrides
 
     with pytest.raises(UserError) as e:
-        check_overrides(["backbone=gpt-4.1", override])
+        check_overrides(["backbone=gpt-4.1", *spelling])
     assert CANARY not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("api_base, refused", [("http://127.0.0.1:9/v1", True), ("http:///v1", False),
+                                               ("localhost:9", False), ("http://127.0.0.1:port/v1", False)])
+def test_only_a_refused_connection_to_a_real_address_stops_a_run_before_it_starts(api_base, refused):
+    """What cannot be probed (no host, no scheme, a port that is not a number) is left to the calls, which say why."""
+    from ark.llm.client import check_listening
+
+    if refused:
+        with pytest.raises(UserError, match="nothing answers at http://127.0.0.1:9/v1"):
+            check_listening(api_base)
+    else:
+        check_listening(api_base)
 
 
 def test_the_documented_pricing_overrides_pass_the_command_line_check():
@@ -559,15 +576,15 @@ def test_no_file_of_the_project_or_its_logs_holds_a_secret_refused_on_the_comman
     file under the project (logs included) is searched for the canary."""
     p = tmp_path / "p"
     shutil.copytree(template, p)
-    for override in SECRET_SPELLINGS:
+    for spelling in SECRET_SPELLINGS:
         out = subprocess.run([sys.executable, "-m", "ark.stages.evaluate", *paths(p), *BASE, "backbone=gpt-4.1",
-                              override, f"hydra.run.dir={p}/logs/hydra"],
+                              *spelling, f"hydra.run.dir={p}/logs/hydra", f"hydra.sweep.dir={p}/logs/sweep"],
                              cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         lines = (out.stdout + out.stderr).strip().splitlines()
-        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (override, lines)
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (spelling, lines)
         assert CANARY not in lines[0]
     held = [f for f in p.rglob("*") if f.is_file() and CANARY.encode() in f.read_bytes()]
-    assert held == [] and not (p / "logs" / "hydra").exists()
+    assert held == [] and not (p / "logs" / "hydra").exists() and not (p / "logs" / "sweep").exists()
 
 
 def test_a_record_appended_twice_is_kept_once_with_a_warning(template, tmp_path, capsys):

@@ -108,30 +108,49 @@ SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pwd",
 
 
 def check_not_secret(key: str, override) -> None:
-    """Refuse, before Hydra writes anything, a command-line override that could carry a secret: under
-    ``backbone.extra`` any key but ``EXTRA_SETTINGS`` (the pricing overrides among them), elsewhere a key whose last
-    name is a secret's."""
-    value = override.value() if not override.is_sweep_override() else None
-    extra = {}
-    if key == "backbone" and isinstance(value, dict):
-        extra = value.get("extra") if isinstance(value.get("extra"), dict) else {}
-    elif key == "backbone.extra":
-        extra = value if isinstance(value, dict) else {}
-    elif key.startswith("backbone.extra."):
-        extra = {key.split(".")[2]: value}
-    for name in extra:
-        if name in CLIENT_ARGUMENTS:
-            raise UserError(f"backbone.extra.{name} is an argument the client sets itself; give it as "
-                            f"{CLIENT_ARGUMENTS[name]}")
-        if name not in EXTRA_SETTINGS:
-            raise UserError(f"backbone.extra.{name}: the command line may set only litellm's non-secret settings there "
-                            f"({', '.join(EXTRA_SETTINGS)}), as it is written to the run's config.yaml and Hydra's "
-                            "logs; put a key in an environment variable (named by backbone.api_key_env), headers "
-                            "and request bodies in a backbone config file")
-    if not key.startswith("backbone.extra") and secret_name(key) and value not in (None, ""):
-        raise UserError(f"{key}: a secret given on the command line would be written to the run's config.yaml "
-                        "and Hydra's logs; put it in an environment variable instead (the API key's is named by "
-                        "backbone.api_key_env, e.g. backbone.api_key_env=MY_PROVIDER_KEY)")
+    """Refuse, before Hydra writes anything, a command-line override that could carry a secret (each value of a
+    sweep): under ``backbone.extra`` any name but ``EXTRA_SETTINGS`` (the pricing overrides among them), and anywhere
+    a key, or a key inside a value, whose last name is a secret's."""
+    try:
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    except Exception:  # noqa: BLE001  (an interval or glob sweep: numbers or config names, nothing to hold a key)
+        values = []
+    in_extra = key == "backbone.extra" or key.startswith("backbone.extra.")
+    for value in values:
+        if key == "backbone" and isinstance(value, dict):
+            extra = value.get("extra") if isinstance(value.get("extra"), dict) else {}
+        elif key == "backbone.extra":
+            extra = value if isinstance(value, dict) else {}
+        else:
+            extra = {key.split(".")[2]: value} if in_extra else {}
+        for name in extra:
+            if name in CLIENT_ARGUMENTS:
+                raise UserError(client_argument(name))
+            if name not in EXTRA_SETTINGS:
+                raise UserError(f"backbone.extra.{name}: the command line may set only litellm's non-secret settings "
+                                f"there ({', '.join(EXTRA_SETTINGS)}), as it is written to the run's config.yaml and "
+                                "Hydra's logs; put a key in an environment variable (named by backbone.api_key_env), "
+                                "headers and request bodies in a backbone config file")
+        named = [key] if not in_extra and value not in (None, "") else []
+        secret = next((k for k in named + nested_keys(value) if secret_name(k)), None)
+        if secret is not None:
+            raise UserError(f"{key}: a secret given on the command line ({secret}) would be written to the run's "
+                            "config.yaml and Hydra's logs; put it in an environment variable instead (the API key's "
+                            "is named by backbone.api_key_env, e.g. backbone.api_key_env=MY_PROVIDER_KEY)")
+
+
+def client_argument(name: str) -> str:
+    """Why ``backbone.extra`` may not hold ``name`` (one of ``CLIENT_ARGUMENTS``), and what to set instead."""
+    return f"backbone.extra.{name} is an argument the client sets itself; give it as {CLIENT_ARGUMENTS[name]}"
+
+
+def nested_keys(value) -> list[str]:
+    """Every key of the mappings inside ``value`` (lists and mappings, at any depth)."""
+    if isinstance(value, dict):
+        return [str(k) for k in value] + [k for v in value.values() for k in nested_keys(v)]
+    if isinstance(value, list):
+        return [k for v in value for k in nested_keys(v)]
+    return []
 
 
 def secret_name(key: str) -> bool:

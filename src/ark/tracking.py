@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ark.config import resolved
+from ark.config import resolved, secret_name
 from ark.secrets import MARKER, known_keys, scrub, scrub_urls
 
 NAME_PARTS = {  # stages without a run identity: the config groups whose names follow the stage in its name
@@ -40,7 +39,6 @@ NAME_PARTS = {  # stages without a run identity: the config groups whose names f
     "distill": ("dataset", "distill"),
     "report": (),
 }
-SECRET_KEY = re.compile(r"(api_?key|token|secret|password|passwd|credentials?)$", re.IGNORECASE)  # config keys
 MAX_TAG = 64  # W&B's limit
 
 
@@ -88,7 +86,7 @@ def scrub_argument(argument: str, keys: list[str] | None = None) -> str:
     """A command-line argument as W&B may record it: an override of a secret-looking key (``+backbone.api_key=…``)
     with its value replaced, a URL's credentials and every key a run knows replaced by the marker."""
     name, equals, value = argument.partition("=")
-    if equals and SECRET_KEY.search(name.rsplit(".", 1)[-1]) and value:
+    if equals and secret_name(name.lstrip("+~")) and value:
         return f"{name}={MARKER}"
     return scrub(scrub_urls(argument), known_keys() if keys is None else keys)
 
@@ -98,7 +96,7 @@ def scrub_config(value, keys: list[str] | None = None):
     (``ark.secrets``), replaced by the redaction marker."""
     keys = known_keys() if keys is None else keys
     if isinstance(value, dict):
-        return {k: MARKER if SECRET_KEY.search(str(k)) and v is not None else scrub_config(v, keys)
+        return {k: MARKER if secret_name(str(k)) and v is not None else scrub_config(v, keys)
                 for k, v in value.items()}
     if isinstance(value, list):
         return [scrub_config(v, keys) for v in value]

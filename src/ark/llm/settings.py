@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ark.config import CLIENT_ARGUMENTS
+from ark.config import CLIENT_ARGUMENTS, client_argument
 from ark.errors import UserError
 from ark.secrets import scrub_urls
 from ark.settings import check_choice, check_int, check_number
@@ -102,8 +102,7 @@ class Backbone:
             raise UserError("backbone.extra must be a mapping of keyword arguments for litellm")
         taken = sorted(set(self.extra) & set(CLIENT_ARGUMENTS))
         if taken:
-            raise UserError(f"backbone.extra.{taken[0]} is an argument the client sets itself; give it as "
-                            f"{CLIENT_ARGUMENTS[taken[0]]}")
+            raise UserError(client_argument(taken[0]))
 
     def resolved_api_base(self, environ=None) -> str | None:
         return resolved_api_base(self.model, self.api_base, environ)
