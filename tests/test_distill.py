@@ -440,22 +440,25 @@ def test_a_budget_student_is_the_training_on_its_first_queries_alone(rules_run, 
         distill.run(cfg, None, tokenizer)
 
 
-@pytest.mark.parametrize("out, publish, budgets", [
-    ("a/student", "a/published", "{small: 1}"),  # the budget's copy beside publish is the trained a/small
-    ("a/student", "a/student", "null"),
-    ("a/student", "b/small", "{small: 1}"),  # apart from a/: accepted
+@pytest.mark.parametrize("out, publish, budgets, refusal", [
+    ("a/student", "a/published", "{small: 1}", "would be a directory the training writes"),  # a/small twice
+    ("a/student", "a/student", "null", "would be a directory the training writes"),
+    ("a/student", "b/small", "{small: 1}", "two published students would share"),  # b/small: publish and budget
+    ("a/student", "b/published", "{student: 1}", "two trained students would share"),  # a/student twice
+    ("a/student", "b/published", "{small: 1}", None),  # apart: accepted
 ])
-def test_distill_refuses_a_publish_that_is_a_directory_it_trains_into(tmp_path, out, publish, budgets):
+def test_distill_refuses_a_publish_that_is_a_directory_it_trains_into(tmp_path, out, publish, budgets, refusal):
     """Found after a whole training: with out and publish under one parent, a budget's published copy was its own
-    trained directory (shutil.SameFileError at the end). Refused with the settings, before any model loads."""
+    trained directory (shutil.SameFileError at the end). Refused with the settings, before any model loads, as are
+    two students sharing a directory."""
     from ark.errors import UserError
 
     overrides = ["distill=smoke", "distill.max_steps=null", "distill.val_fraction=0", f"distill.out={tmp_path / out}",
                  f"distill.publish={tmp_path / publish}", f"distill.budgets={budgets}"]
-    if publish.startswith("b/"):
-        assert recipe(overrides).publish == str(tmp_path / publish)  # apart: accepted
+    if refusal is None:
+        assert recipe(overrides).publish == str(tmp_path / publish)
         return
-    with pytest.raises(UserError, match="would be a directory the training writes"):
+    with pytest.raises(UserError, match=refusal):
         recipe(overrides)
 
 

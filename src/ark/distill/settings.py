@@ -98,12 +98,18 @@ class DistillSettings:
         return [self.teacher] if isinstance(self.teacher, str) else list(self.teacher)
 
     def check_publish(self) -> None:
-        """The published copies (``publish``, and each budget's beside it) must not be the trained directories
-        (``out``, each budget's beside it): a copy onto itself would fail after the whole training."""
+        """The published copies (``publish``, and each budget's beside it) must be apart from each other and from the
+        trained directories (``out``, and each budget's beside it): a copy onto itself fails after the whole training,
+        and one copy onto another replaces a student's files with another's."""
         names = list(self.budgets or {})
-        trained = {os.path.abspath(self.out)} | {os.path.abspath(Path(self.out).parent / n) for n in names}
+        trained = [Path(self.out)] + [Path(self.out).parent / n for n in names]
         published = [Path(self.publish)] + [Path(self.publish).parent / n for n in names]
-        same = [str(p) for p in published if os.path.abspath(p) in trained]
+        for kind, paths in (("trained", trained), ("published", published)):
+            real = [os.path.realpath(p) for p in paths]
+            if len(set(real)) < len(real):
+                raise UserError(f"distill.budgets {names}: two {kind} students would share a directory (a budget "
+                                f"named like distill.out's or distill.publish's last part); rename the budget")
+        same = [str(p) for p in published if os.path.realpath(p) in {os.path.realpath(t) for t in trained}]
         if same:
             raise UserError(f"distill.publish {self.publish}: the published copy {same[0]} would be a directory the "
                             f"training writes (distill.out {self.out} and its budgets beside it); publish elsewhere")

@@ -78,15 +78,20 @@ def check_listening(api_base: str, timeout: float = 5.0) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    url = urlsplit(api_base)
     try:
+        url = urlsplit(api_base)
         port = url.port or (443 if url.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: left to the calls, which say so
+        return
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return
+    try:
         socket.create_connection((url.hostname, port), timeout=timeout).close()
     except ConnectionRefusedError:
         raise UserError(f"nothing answers at {scrub_urls(api_base)} (connection refused): start the server first (the "
                         "embedded model or a student: `ark serve`, which prints the run command), or point "
                         "backbone.api_base (or ARK_SERVE_URL) at one that runs") from None
-    except (OSError, ValueError):
+    except OSError:
         pass
 
 

@@ -161,7 +161,8 @@ def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str,
     progress = tqdm(total=len(queries), initial=len(queries) - len(todo), desc=f"{label} {spec.backbone.name}",
                     mininterval=1, disable=not spec.eval.progress)
     cost, shown = [0.0], {}
-    live = {"steps": 0, "calls in flight": 0}  # a query of many slow steps is not a wait in the dark
+    # a query of many slow steps is not a wait in the dark (worker processes report finished queries only)
+    live = {"steps": 0, "calls in flight": 0} if spec.eval.workers == 1 else {}
     drawn = [time.monotonic()]
 
     def show(refresh: bool) -> None:
@@ -182,7 +183,7 @@ def _run_agents(spec: RunSpec, tools, queries: list[dict], run: Run, label: str,
             live["calls in flight"] += 1
         elif kind in ("reply", "error", "context_full"):  # the call came back (or was not sent: context full)
             live["calls in flight"] -= 1
-            live["steps"] += kind == "reply"
+            live["steps"] += kind != "context_full"  # a step whose call failed is a step (Trajectory.steps)
         show(True)
 
     model_calls = 0
