@@ -218,7 +218,7 @@ def test_csr_invariants(graph):
 def _fake_pip(content: bytes):
     """A stand-in for ``_run`` that writes the wheel into the ``-d`` folder instead of downloading."""
 
-    def run(cmd, cwd=None):
+    def run(cmd, cwd=None, show=False):
         folder = Path(cmd[cmd.index("-d") + 1])
         (folder / "pkg-1.0-py3-none-any.whl").write_bytes(content)
 
