@@ -9,7 +9,8 @@ equals that of the first setting::
 
     python benchmarks/embedded_batched_steps.py --records results/runs/evaluate/student-synthetic/*/records.jsonl \\
         --adapter data/students/embedded --queries 8 --settings 1:1 8:8
-    python benchmarks/embedded_batched_steps.py --kernel [--dtype float32] [--linear torch] [--profile]
+    python benchmarks/embedded_batched_steps.py --kernel [--dtype float32] [--linear torch] [--profile] \\
+        [--attention compiled]
 
 ``--kernel``: one decoding step alone, no requests: random prompts of 700-3,000 tokens prefilled, then 10 steps of
 1, 2, 4 and 8 rows by ``decode_rows`` against the model's own forward pass one request at a time (ms a token), and
@@ -29,6 +30,7 @@ from transformers import DynamicCache
 
 import ark  # noqa: F401  (offline environment defaults)
 import ark.llm.batching as batching
+from ark.llm.attention import compiled
 from ark.llm.local import LocalChatModel
 from ark.llm.weights import default_gguf_path, load_gguf, pack_linears
 
@@ -78,12 +80,16 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
             "replies": replies}
 
 
-def kernel(dtype: str, linear: str, profile: bool) -> None:
+def kernel(dtype: str, linear: str, profile: bool, attention: str) -> None:
     model, _ = load_gguf(default_gguf_path(), dtype=dtype, cache_dir="~/.cache/ark/models")
     model.eval()
     if linear == "onednn":  # the product's default (backbone.local.linear)
         linear = pack_linears(model, 8)
     print(f"linear products: {linear}")
+    attend = compiled() if attention == "compiled" else None
+    if attention == "compiled" and attend is None:
+        raise SystemExit("the attention kernel could not be built (the warning above says why)")
+    print(f"attention of a batched step: {attention}")
     torch.manual_seed(0)
 
     def copy(cache):
@@ -107,7 +113,7 @@ def kernel(dtype: str, linear: str, profile: bool) -> None:
             caches = [copy(c) for c in prompts[:rows]]
             t = time.perf_counter()
             for _ in range(10):
-                batching.decode_rows(model, caches, [123] * rows, rows)
+                batching.decode_rows(model, caches, [123] * rows, rows, attend)
             step = (time.perf_counter() - t) / 10
             print(f"rows {rows}: {step * 1000:.1f} ms a step, {step / rows * 1000:.1f} ms a token, "
                   f"x{alone * rows / step:.2f} against one at a time")
@@ -118,10 +124,10 @@ def kernel(dtype: str, linear: str, profile: bool) -> None:
             caches = [copy(c) for c in prompts]
             with profiler(activities=[ProfilerActivity.CPU]) as prof:
                 for _ in range(5):
-                    batching.decode_rows(model, caches, [123] * 8, 8)
+                    batching.decode_rows(model, caches, [123] * 8, 8, attend)
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-        single = batching.decode_rows(model, [copy(prompts[0])], [555], 4)[0]
-        shared = batching.decode_rows(model, [copy(c) for c in prompts[:4]], [555, 7, 8, 9], 4)[0]
+        single = batching.decode_rows(model, [copy(prompts[0])], [555], 4, attend)[0]
+        shared = batching.decode_rows(model, [copy(c) for c in prompts[:4]], [555, 7, 8, 9], 4, attend)[0]
         own = one(copy(prompts[0]), 555)
         print(f"a row alone equals the row beside 3 others: {torch.equal(single, shared)}; against the model's own "
               f"pass: max |difference| {(own - single).abs().max().item():.3g}, same argmax "
@@ -135,6 +141,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", help="--kernel: the model's dtype")
     ap.add_argument("--linear", default="onednn", choices=["onednn", "torch"], help="--kernel: the linear products")
     ap.add_argument("--profile", action="store_true", help="--kernel: where a step of 8 rows goes")
+    ap.add_argument("--attention", default="torch", choices=["torch", "compiled"],
+                    help="--kernel: a batched step's attention (ark.llm.attention's kernel, or a torch call per row)")
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--free", action="store_true", help="decode freely (the students, base_free)")
     ap.add_argument("--queries", type=int, default=8)
@@ -142,7 +150,7 @@ def main() -> None:
     args = ap.parse_args()
     print(json.dumps(machine()))
     if args.kernel:
-        return kernel(args.dtype, args.linear, args.profile)
+        return kernel(args.dtype, args.linear, args.profile, args.attention)
     if args.records is None:
         ap.error("--records is required (or --kernel)")
     requests = workload(args.records, args.queries, 1)

@@ -8,7 +8,8 @@ result independent of the others:
 
 - the linear layers always run on ``rows`` rows (the free ones zero): a matrix product's row does not depend on
   the other rows' values, but in float32 it does depend on their number (the BLAS picks its kernel by shape);
-- attention runs per row over that row's own key/value cache (no padding to another row's length);
+- attention runs per row over that row's own key/value cache (no padding to another row's length): one torch call
+  per row and layer, or, in float32, ``ark.llm.attention``'s kernel, one call a layer that computes each row alone;
 - normalisation, rotary embedding and activations work row by row.
 
 So a reply depends on ``rows`` (part of the model's identity), never on the company it kept.
@@ -17,6 +18,7 @@ So a reply depends on ``rows`` (part of the model's identity), never on the comp
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -69,9 +71,11 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: flo
     return F.scaled_dot_product_attention(grouped, keys, values, scale=scale).reshape(1, heads, 1, dim)
 
 
-def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int) -> torch.Tensor:
+def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
+                attention: Callable | None = None) -> torch.Tensor:
     """One decoding step of ``len(tokens)`` requests: token i extends ``caches[i]`` (updated in place).
-    Returns the next-token logits, float32, one row per request."""
+    Returns the next-token logits, float32, one row per request. ``attention``: ``ark.llm.attention.compiled()``
+    (all rows of a layer in one call), or None (``attend``, a call per row)."""
     n = len(tokens)
     if not 0 < n <= rows:
         raise ValueError(f"{n} requests for a step of {rows} rows")
@@ -91,9 +95,14 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int)
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.zeros(rows, q.shape[1], 1, attn.head_dim, dtype=q.dtype)
-        for i, cache in enumerate(caches):
-            keys, values = append(cache.layers[idx], k[i:i + 1], v[i:i + 1])
-            out[i:i + 1] = attend(q[i:i + 1], keys, values, attn.scaling)
+        if attention is not None:
+            kv = [append(cache.layers[idx], k[i:i + 1], v[i:i + 1]) for i, cache in enumerate(caches)]
+            out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), [keys[0] for keys, _ in kv],
+                                      [values[0] for _, values in kv], attn.scaling)
+        else:
+            for i, cache in enumerate(caches):
+                keys, values = append(cache.layers[idx], k[i:i + 1], v[i:i + 1])
+                out[i:i + 1] = attend(q[i:i + 1], keys, values, attn.scaling)
         h = h + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
     return model.lm_head(inner.norm(h))[:n, 0].float()
@@ -108,8 +117,9 @@ class StepBatcher:
     ``decoding`` counts the requests between their prefill and their last step (``enter``/``leave``), so a lone
     request never waits."""
 
-    def __init__(self, model, rows: int, lock: threading.Lock, gather_s: float = 0.02):
-        self.model, self.rows, self.lock, self.gather_s = model, rows, lock, gather_s
+    def __init__(self, model, rows: int, lock: threading.Lock, gather_s: float = 0.02,
+                 attention: Callable | None = None):
+        self.model, self.rows, self.lock, self.gather_s, self.attention = model, rows, lock, gather_s, attention
         self.cond = threading.Condition()
         self.pending: list[dict] = []
         self.decoding = 0
@@ -153,7 +163,8 @@ class StepBatcher:
                 with self.cond:
                     self.cond.wait_for(lambda: len(self.pending) >= min(self.decoding, self.rows), self.gather_s)
                     batch, self.pending = self.pending[:self.rows], self.pending[self.rows:]
-                logits = decode_rows(self.model, [j["cache"] for j in batch], [j["token"] for j in batch], self.rows)
+                logits = decode_rows(self.model, [j["cache"] for j in batch], [j["token"] for j in batch], self.rows,
+                                     self.attention)
         except BaseException as e:
             error = e
             raise

@@ -34,6 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from ark.llm import batching
+from ark.llm.attention import compiled as attention_kernel
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
 from ark.llm.schema import RequestError
@@ -213,6 +214,9 @@ class LocalChatModel:
     forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
     ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
     "torch": torch's own.
+    ``attention`` (batched steps): "compiled", ``ark.llm.attention``'s kernel, one call a layer for all rows (float32
+    only; an error where it cannot be built); "torch", one torch call per row; "auto", the kernel where the model is
+    float32 and it builds, else torch's.
     ``prefix_cache``: keep the key/values of recent prompts and prefill only what a prompt adds to them (False:
     prefill every prompt whole). ``kv_memory_mb``: the key/values of the requests being computed (each reserves
     its prompt plus its reply cap; more wait their turn) and of the kept prompts (what the requests leave) together
@@ -223,7 +227,8 @@ class LocalChatModel:
     def __init__(self, gguf_path: str | os.PathLike | None = None, dtype: str = "auto",
                  adapter: str | os.PathLike | None = None, constrained: bool = True, threads: int | None = None,
                  cache_dir: str | os.PathLike | None = None, merge_adapter: bool = True, name: str = "smollm2",
-                 prefix_cache: bool = True, decode_rows: int = 1, kv_memory_mb: int = 1024, linear: str = "onednn"):
+                 prefix_cache: bool = True, decode_rows: int = 1, kv_memory_mb: int = 1024, linear: str = "onednn",
+                 attention: str = "auto"):
         if threads:
             torch.set_num_threads(threads)
         if dtype == "auto":
@@ -233,22 +238,22 @@ class LocalChatModel:
         model, tokenizer = load_gguf(gguf_path, dtype, cache_dir)
         weights = fingerprint(gguf_path, adapter, cache_dir)
         self._setup(model, tokenizer, weights, adapter, constrained, merge_adapter, name, prefix_cache, decode_rows,
-                    kv_memory_mb, linear)
+                    kv_memory_mb, linear, attention)
 
     @classmethod
     def from_model(cls, model, tokenizer, *, adapter: str | os.PathLike | None = None, constrained: bool = True,
                    merge_adapter: bool = True, name: str = "local",
                    prefix_cache: bool = True, decode_rows: int = 1, kv_memory_mb: int = 1024,
-                   linear: str = "torch") -> "LocalChatModel":
+                   linear: str = "torch", attention: str = "auto") -> "LocalChatModel":
         """Wrap an already loaded causal LM (tests use a tiny random one). ``adapter`` and ``linear="onednn"``
         modify ``model``."""
         self = cls.__new__(cls)
         self._setup(model, tokenizer, fingerprint(None, adapter), adapter, constrained, merge_adapter, name,
-                    prefix_cache, decode_rows, kv_memory_mb, linear)
+                    prefix_cache, decode_rows, kv_memory_mb, linear, attention)
         return self
 
     def _setup(self, model, tokenizer, weights: dict, adapter, constrained, merge_adapter, name, prefix_cache,
-               decode_rows, kv_memory_mb, linear):
+               decode_rows, kv_memory_mb, linear, attention):
         if adapter is not None:
             model = apply_adapter(model, adapter, merge_adapter)
         self.model = model.eval()
@@ -261,6 +266,7 @@ class LocalChatModel:
         if decode_rows > 1 and not batching.supports(self.model):
             raise ValueError(f"decode_rows {decode_rows}: batched decoding needs a Llama-architecture model, "
                              f"not {self.model.config.model_type!r}")
+        kernel = self._attention(attention, decode_rows)
         self.tokenizer = tokenizer
         self.constrained, self.name = constrained, name
         # what determines the replies to a request (the response cache keys a local endpoint by it): chunking and
@@ -268,6 +274,8 @@ class LocalChatModel:
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
                          "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
                          "decode_rows": decode_rows, "linear": linear}
+        if decode_rows > 1:  # which attention computed the batched steps (one request at a time: the model's own)
+            self.identity["attention"] = "compiled" if kernel is not None else "torch"
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
@@ -287,7 +295,23 @@ class LocalChatModel:
         self._lock = threading.Lock()
         self._calls = 0
         # decode_rows > 1: the lock is held per forward pass, not per request
-        self.batcher = batching.StepBatcher(self.model, decode_rows, self._lock) if decode_rows > 1 else None
+        self.batcher = (batching.StepBatcher(self.model, decode_rows, self._lock, attention=kernel)
+                        if decode_rows > 1 else None)
+
+    def _attention(self, choice: str, decode_rows: int):
+        """The batched steps' attention kernel (``ark.llm.attention``), or None for torch's."""
+        if choice not in ("auto", "compiled", "torch"):
+            raise ValueError(f"attention must be auto, compiled or torch, not {choice!r}")
+        if decode_rows == 1 or choice == "torch":
+            return None
+        if self.model.dtype != torch.float32:
+            if choice == "compiled":
+                raise ValueError(f"attention compiled: the kernel is float32 only, the model is {self.model.dtype}")
+            return None
+        kernel = attention_kernel()
+        if kernel is None and choice == "compiled":
+            raise ValueError("attention compiled: the kernel could not be built (the warning above says why)")
+        return kernel
 
     def cancel(self) -> None:
         """End the requests being computed and waiting (a 503 each): the server is stopping."""

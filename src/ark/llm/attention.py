@@ -1,0 +1,149 @@
+"""The attention of a batched decoding step (``ark.llm.batching.decode_rows``) in one call: every row over its own
+key/value cache, however long, each row computed alone in a fixed order.
+
+torch's attention takes one call per row and layer here (240 a step for 8 rows of SmolLM2) and reads the keys and
+values at about half the memory rate of this kind of CPU; one torch call over all rows needs them padded to one
+length, was slower, and gave a row other bits beside other rows (benchmarks/README.md, *batched_attention.py*).
+This kernel is one call per layer: a task per row and key/value head reads that head's keys and values once for
+all the query heads that share it (grouped-query attention), scores every position, takes the softmax and sums the
+values, in an order that depends on that row alone. So a row's result is the same whoever shares its step and
+however many threads run it, which ``decode_rows`` needs (a reply must not depend on which requests met).
+
+It is C++ compiled for the CPU at hand (``-march=native``) on first use with torch's extension builder (a C++
+compiler and ninja), and kept under ``~/.cache/ark/kernels`` (one build per source, torch version and CPU). Where
+it cannot be built, ``compiled()`` says why in one warning and returns None, and the step keeps torch's per-row
+attention. Its replies differ from torch's in the last bits: which one ran is part of the model's identity
+(``LocalChatModel.identity["attention"]``). float32 only (the dtype of CPUs without native bfloat16).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cmath>
+#include <vector>
+
+// q . k over dim: eight partial sums (one vector register's lanes), added in a fixed order
+static inline float dot(const float* a, const float* b, int64_t dim) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= dim; d += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[d + j] * b[d + j];
+  for (int j = 0; d < dim; ++d, ++j) acc[j] += a[d] * b[d];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// q: [rows, heads, dim]; keys[r], values[r]: [kv_heads, length_r, dim] (the last dimension contiguous)
+torch::Tensor decode_attention(torch::Tensor q, std::vector<torch::Tensor> keys, std::vector<torch::Tensor> values,
+                               double scale) {
+  TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat, "q: [rows, heads, dim] float32");
+  const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  TORCH_CHECK((int64_t)keys.size() == rows && (int64_t)values.size() == rows, "one key and value cache a row");
+  const int64_t kv_heads = keys[0].size(0);
+  TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads must be a multiple of key/value heads");
+  for (int64_t r = 0; r < rows; ++r) {
+    for (const auto* t : {&keys[r], &values[r]}) {
+      TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
+                  && t->scalar_type() == torch::kFloat, "a cache: [kv_heads, length, dim] float32");
+    }
+    TORCH_CHECK(keys[r].size(1) == values[r].size(1) && keys[r].size(1) > 0, "keys and values of one length");
+  }
+  const int64_t group = heads / kv_heads;
+  auto out = torch::empty({rows, heads, dim}, q.options());
+  const float* Q = q.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  const float s = (float)scale;
+  pybind11::gil_scoped_release free_python;
+  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, acc(group * dim), total(group);
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r = t / kv_heads, h = t % kv_heads, n = keys[r].size(1);
+      const int64_t ks = keys[r].stride(1), vs = values[r].stride(1);
+      const float* K = keys[r].data_ptr<float>() + h * keys[r].stride(0);
+      const float* V = values[r].data_ptr<float>() + h * values[r].stride(0);
+      const float* q0 = Q + (r * heads + h * group) * dim;
+      scores.resize(group * n);
+      for (int64_t p = 0; p < n; ++p)
+        for (int64_t g = 0; g < group; ++g) scores[g * n + p] = dot(q0 + g * dim, K + p * ks, dim) * s;
+      for (int64_t g = 0; g < group; ++g) {
+        float* w = scores.data() + g * n;
+        float top = -INFINITY, sum = 0;
+        for (int64_t p = 0; p < n; ++p) top = w[p] > top ? w[p] : top;
+        for (int64_t p = 0; p < n; ++p) { w[p] = std::exp(w[p] - top); sum += w[p]; }
+        total[g] = sum;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t p = 0; p < n; ++p) {
+        const float* v = V + p * vs;
+        for (int64_t g = 0; g < group; ++g) {
+          const float w = scores[g * n + p];
+          float* a = acc.data() + g * dim;
+          for (int64_t d = 0; d < dim; ++d) a[d] += w * v[d];
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* o = O + (r * heads + h * group + g) * dim;
+        const float inv = 1.f / total[g];
+        for (int64_t d = 0; d < dim; ++d) o[d] = acc[g * dim + d] * inv;
+      }
+    }
+  });
+  return out;
+}
+"""
+
+FLAGS = ["-O3", "-march=native", "-fopenmp"]  # OpenMP: at::parallel_for runs on torch's own threads
+
+
+def build_key() -> str:
+    """What a build depends on: the source and flags, torch's version and the CPU it is compiled for."""
+    from ark.machine import cpu_flags, cpu_name
+
+    text = "\n".join([SOURCE, " ".join(FLAGS), torch.__version__, platform.machine(), cpu_name(),
+                      " ".join(sorted(cpu_flags()))])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def kernel_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ark" / "kernels"
+
+
+@functools.lru_cache(maxsize=None)
+def compiled() -> Callable | None:
+    """``decode_attention(q, keys, values, scale)`` built for this CPU (once, then loaded from the cache), or None
+    with one warning where it cannot be built."""
+    log = logging.getLogger(__name__)
+    key = build_key()
+    where = kernel_dir() / key
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        try:  # ninja's wheel puts the program beside its module, not always on PATH
+            import ninja
+            os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+        except ImportError:
+            pass
+        if shutil.which("ninja") is None:
+            raise RuntimeError("ninja is not installed")
+        where.mkdir(parents=True, exist_ok=True)
+        if not any(where.glob("*.so")):
+            log.info("compiling the decoding step's attention kernel for this CPU (once, about a minute): %s", where)
+        module = load_inline(f"ark_decode_attention_{key}", SOURCE, functions=["decode_attention"],
+                             extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(where))
+    except Exception as e:  # no compiler, no ninja, a failed build: torch's attention instead
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        log.warning("the decoding attention kernel could not be built (%s): batched steps use torch's attention, "
+                    "one call per row", reason[:200])
+        return None
+    return module.decode_attention
