@@ -1,6 +1,6 @@
 """The batched decoding step's attention kernel (``ark.llm.attention``): it computes torch's attention, a row's
-result does not depend on the other rows or on the threads, and where it cannot be built the model says so and
-falls back to torch's. The kernel is compiled once per machine (about a minute) and cached."""
+result does not depend on the other rows or on the threads, and where it cannot be built a float32 model with
+batched steps refuses to start, in one line. The kernel is compiled once per machine (about a minute) and cached."""
 import logging
 
 import pytest
@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import ark  # noqa: F401  (offline environment defaults)
 import ark.llm.attention as attention_module
+from ark.errors import UserError
 from ark.llm import batching
 from ark.llm.local import LocalChatModel
 from tests.test_batching import copy, prefilled
@@ -87,8 +88,8 @@ def test_a_batched_step_with_the_kernel_computes_the_models_step_and_keeps_rows_
     assert torch.equal(batched[1], alone[0])
 
 
-def test_the_identity_names_the_attention_and_a_failed_build_falls_back_with_a_warning(tiny, tokenizer, monkeypatch,
-                                                                                        caplog):
+def test_the_identity_names_the_attention_and_a_failed_build_stops_the_model_in_one_line(tiny, tokenizer, monkeypatch,
+                                                                                         caplog, tmp_path):
     if tiny.dtype != torch.float32:
         with pytest.raises(ValueError, match="float32 only"):
             LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="compiled")
@@ -103,15 +104,15 @@ def test_the_identity_names_the_attention_and_a_failed_build_falls_back_with_a_w
         raise RuntimeError("Error building extension: c++: not found\nmore lines")
 
     monkeypatch.setattr("torch.utils.cpp_extension.load_inline", no_compiler)
-    monkeypatch.setattr(attention_module, "kernel_dir", lambda: attention_module.Path("/nonexistent-for-the-test"))
+    monkeypatch.setattr(attention_module, "kernel_dir", lambda: tmp_path)
     attention_module.compiled.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="ark.llm.attention"):
-            model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=2)
-        assert model.identity["attention"] == "torch" and model.batcher.attention is None
+            with pytest.raises(UserError, match="could not be built.*C[+][+] compiler.*decode_rows=1"):
+                LocalChatModel.from_model(tiny, tokenizer, decode_rows=2)
         warned = [r.getMessage() for r in caplog.records if r.name == "ark.llm.attention"]
         assert len(warned) == 1 and "c++: not found" in warned[0] and "more lines" not in warned[0]
-        with pytest.raises(ValueError, match="could not be built"):
-            LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="compiled")
+        assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="torch").batcher.attention is None
+        assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=1).batcher is None
     finally:
         attention_module.compiled.cache_clear()

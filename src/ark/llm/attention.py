@@ -11,9 +11,10 @@ however many threads run it, which ``decode_rows`` needs (a reply must not depen
 
 It is C++ compiled for the CPU at hand (``-march=native``) on first use with torch's extension builder (a C++
 compiler and ninja), and kept under ``~/.cache/ark/kernels`` (one build per source, torch version and CPU). Where
-it cannot be built, ``compiled()`` says why in one warning and returns None, and the step keeps torch's per-row
-attention. Its replies differ from torch's in the last bits: which one ran is part of the model's identity
-(``LocalChatModel.identity["attention"]``). float32 only (the dtype of CPUs without native bfloat16).
+it cannot be built, ``compiled()`` says why in one warning and returns None, and a float32 model with batched steps
+refuses to start (its replies differ from torch's per-row attention in the last bits, and a run's identity assumes
+the kernel: ``LocalChatModel.identity["attention"]``). float32 only (the dtype of CPUs without native bfloat16);
+bfloat16 keeps torch's attention.
 """
 from __future__ import annotations
 
@@ -141,9 +142,8 @@ def compiled() -> Callable | None:
             log.info("compiling the decoding step's attention kernel for this CPU (once, about a minute): %s", where)
         module = load_inline(f"ark_decode_attention_{key}", SOURCE, functions=["decode_attention"],
                              extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(where))
-    except Exception as e:  # no compiler, no ninja, a failed build: torch's attention instead
+    except Exception as e:  # no compiler, no ninja, a failed build
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        log.warning("the decoding attention kernel could not be built (%s): batched steps use torch's attention, "
-                    "one call per row", reason[:200])
+        log.warning("the decoding attention kernel could not be built: %s", reason[:200])
         return None
     return module.decode_attention

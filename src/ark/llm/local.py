@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from ark.errors import UserError
 from ark.llm import batching
 from ark.llm.attention import compiled as attention_kernel
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
@@ -214,9 +215,9 @@ class LocalChatModel:
     forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
     ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
     "torch": torch's own.
-    ``attention`` (batched steps): "compiled", ``ark.llm.attention``'s kernel, one call a layer for all rows (float32
-    only; an error where it cannot be built); "torch", one torch call per row; "auto", the kernel where the model is
-    float32 and it builds, else torch's.
+    ``attention`` (batched steps): "auto", in float32 ``ark.llm.attention``'s kernel, one call a layer for all rows
+    (an error where it cannot be built: a float32 run's replies are those of the kernel), in bfloat16 torch's;
+    "compiled", the kernel or an error; "torch", one torch call per row (tests and benchmarks compare the two).
     ``prefix_cache``: keep the key/values of recent prompts and prefill only what a prompt adds to them (False:
     prefill every prompt whole). ``kv_memory_mb``: the key/values of the requests being computed (each reserves
     its prompt plus its reply cap; more wait their turn) and of the kept prompts (what the requests leave) together
@@ -309,8 +310,10 @@ class LocalChatModel:
                 raise ValueError(f"attention compiled: the kernel is float32 only, the model is {self.model.dtype}")
             return None
         kernel = attention_kernel()
-        if kernel is None and choice == "compiled":
-            raise ValueError("attention compiled: the kernel could not be built (the warning above says why)")
+        if kernel is None:  # the replies of a float32 batched run are the kernel's: no silent change of model
+            raise UserError("the batched decoding step's attention kernel could not be built (the warning above says "
+                            "why); it needs a C++ compiler (g++ or clang) and ninja (in the lock): install them, or "
+                            "decode one request at a time (backbone.local.decode_rows=1)")
         return kernel
 
     def cancel(self) -> None:
