@@ -25,40 +25,58 @@ def kernel():
     return built
 
 
-def caches(lengths, kv_heads, dim, spare=5, seed=0):
-    """Each row's keys and values as ``append`` leaves them: views of longer buffers."""
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for n in lengths:
-        k, v = (torch.randn(kv_heads, n + spare, dim, generator=g) for _ in range(2))
-        out.append((k[:, :n], v[:, :n]))
-    return [k for k, _ in out], [v for _, v in out]
+class Rows:
+    """Rows of a decoding step as the kernel takes them: each row's buffers (room to spare, ``row_buffers``), its
+    length, and its new position's query, key and value. ``call`` runs the kernel on copies of the buffers."""
+
+    def __init__(self, lengths, heads=9, kv_heads=3, dim=64, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.lengths, self.scale = list(lengths), dim ** -0.5
+        self.keys, self.values = ([torch.randn(kv_heads, n + 5, dim, generator=g) for n in lengths] for _ in range(2))
+        self.q = torch.randn(len(lengths), heads, dim, generator=g)
+        self.k_new, self.v_new = (torch.randn(len(lengths), kv_heads, dim, generator=g) for _ in range(2))
+
+    def pick(self, *rows):
+        out = Rows([])
+        out.scale, out.lengths = self.scale, [self.lengths[i] for i in rows]
+        out.keys, out.values = [self.keys[i] for i in rows], [self.values[i] for i in rows]
+        out.q, out.k_new, out.v_new = (t[list(rows)].contiguous() for t in (self.q, self.k_new, self.v_new))
+        return out
+
+    def call(self, kernel):
+        keys, values = [k.clone() for k in self.keys], [v.clone() for v in self.values]
+        return kernel(self.q, self.k_new, self.v_new, keys, values, self.lengths, self.scale), keys, values
 
 
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 2, 12), (2, 2, 8)])
-def test_the_kernel_computes_torchs_attention_over_each_rows_own_length(kernel, heads, kv_heads, dim):
-    lengths = [1, 37, 700, 1500]
-    keys, values = caches(lengths, kv_heads, dim)
-    q = torch.randn(len(lengths), heads, dim, generator=torch.Generator().manual_seed(1))
-    got = kernel(q, keys, values, dim ** -0.5)
-    for i in range(len(lengths)):
-        want = F.scaled_dot_product_attention(q[i:i + 1, :, None], keys[i][None], values[i][None], scale=dim ** -0.5,
+def test_the_kernel_writes_the_new_position_and_computes_torchs_attention(kernel, heads, kv_heads, dim):
+    rows = Rows([0, 37, 700, 1500], heads, kv_heads, dim)
+    got, keys, values = rows.call(kernel)
+    for i, n in enumerate(rows.lengths):
+        assert torch.equal(keys[i][:, n], rows.k_new[i]) and torch.equal(values[i][:, n], rows.v_new[i])
+        assert torch.equal(keys[i][:, :n], rows.keys[i][:, :n]) and torch.equal(keys[i][:, n + 1:], rows.keys[i][:, n + 1:])
+        k = torch.cat([rows.keys[i][:, :n], rows.k_new[i][:, None]], 1)
+        v = torch.cat([rows.values[i][:, :n], rows.v_new[i][:, None]], 1)
+        want = F.scaled_dot_product_attention(rows.q[i][None, :, None], k[None], v[None], scale=rows.scale,
                                               enable_gqa=True)[0, :, 0]
         torch.testing.assert_close(got[i], want, atol=1e-5, rtol=1e-5)
 
 
 def test_a_rows_result_does_not_depend_on_the_other_rows_or_the_threads(kernel):
-    keys, values = caches([1500, 1620, 30, 2000, 700, 1900, 1960, 5], 3, 64)
-    q = torch.randn(8, 9, 64, generator=torch.Generator().manual_seed(2))
-    full = kernel(q, keys, values, 0.125)
-    alone = kernel(q[3:4].contiguous(), keys[3:4], values[3:4], 0.125)
-    other_keys, other_values = caches([4000, 3], 3, 64, seed=9)
-    beside = kernel(q[[0, 3, 5]].contiguous(), [other_keys[0], keys[3], other_keys[1]],
-                    [other_values[0], values[3], other_values[1]], 0.125)
+    rows = Rows([1500, 1620, 30, 2000, 700, 1900, 1960, 5])
+    full = rows.call(kernel)[0]
+    alone = rows.pick(3).call(kernel)[0]
+    others = Rows([4000, 3], seed=9)
+    mixed = Rows([])
+    mixed.scale, mixed.lengths = rows.scale, [4000, rows.lengths[3], 3]
+    mixed.keys, mixed.values = [others.keys[0], rows.keys[3], others.keys[1]], [others.values[0], rows.values[3], others.values[1]]
+    mixed.q, mixed.k_new, mixed.v_new = (torch.stack([o[0], r[3], o[1]]) for o, r in
+                                         ((others.q, rows.q), (others.k_new, rows.k_new), (others.v_new, rows.v_new)))
+    beside = mixed.call(kernel)[0]
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one_thread = kernel(q, keys, values, 0.125)
+        one_thread = rows.call(kernel)[0]
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(full[3], alone[0]) and torch.equal(full[3], beside[1])
@@ -66,13 +84,15 @@ def test_a_rows_result_does_not_depend_on_the_other_rows_or_the_threads(kernel):
 
 
 def test_the_kernel_refuses_what_it_cannot_compute(kernel):
-    keys, values = caches([10], 3, 64)
+    rows = Rows([10])
     with pytest.raises(RuntimeError, match="multiple of key/value heads"):
-        kernel(torch.randn(1, 4, 64), keys, values, 0.125)
+        kernel(torch.randn(1, 4, 64), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
     with pytest.raises(RuntimeError, match="float32"):
-        kernel(torch.randn(1, 9, 64).bfloat16(), keys, values, 0.125)
+        kernel(rows.q.bfloat16(), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
     with pytest.raises(RuntimeError, match="one key and value cache a row"):
-        kernel(torch.randn(2, 9, 64), keys, values, 0.125)
+        kernel(torch.randn(2, 9, 64), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
+    with pytest.raises(RuntimeError, match="no room for the new position"):
+        kernel(rows.q, rows.k_new, rows.v_new, rows.keys, rows.values, [15], 0.125)
 
 
 def test_a_batched_step_with_the_kernel_computes_the_models_step_and_keeps_rows_apart(tiny, kernel):
@@ -116,3 +136,28 @@ def test_the_identity_names_the_attention_and_a_failed_build_stops_the_model_in_
         assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=1).batcher is None
     finally:
         attention_module.compiled.cache_clear()
+
+
+def test_row_buffers_grow_and_follow_a_whole_model_pass_over_many_steps(tiny, kernel):
+    """70 steps (past a buffer's ``GROW``), one row fed two tokens by a whole-model pass halfway (as the grammar's
+    forced tokens are): every step's logits are the model's own, and the other row's are those it gets alone."""
+    if tiny.dtype != torch.float32:
+        pytest.skip("the kernel is float32 only")
+    start = [prefilled(tiny, n, seed) for seed, n in enumerate((20, 45))]
+    batched, alone, own = [copy(c) for c in start], copy(start[1]), [copy(c) for c in start]
+    with torch.inference_mode():
+        for step in range(70):
+            if step == 35:  # row 0 gets two tokens in a pass of its own, on both sides
+                batching.sync(batched[0])
+                tiny(input_ids=torch.tensor([[7, 8]]), past_key_values=batched[0], use_cache=True)
+                tiny(input_ids=torch.tensor([[7, 8]]), past_key_values=own[0], use_cache=True)
+            tokens = [100 + step, 200 + step]
+            got = batching.decode_rows(tiny, batched, tokens, rows=2, attention=kernel)
+            lone = batching.decode_rows(tiny, [alone], tokens[1:], rows=2, attention=kernel)
+            assert torch.equal(got[1], lone[0])
+            for i in range(2):
+                want = tiny(input_ids=torch.tensor([[tokens[i]]]), past_key_values=own[i], use_cache=True).logits[0, -1]
+                torch.testing.assert_close(got[i], want.float(), atol=1e-4, rtol=1e-4)
+    batching.sync(batched[0])
+    assert batched[0].get_seq_length() == own[0].get_seq_length() == 20 + 70 + 2
+    torch.testing.assert_close(batched[0].layers[1].keys, own[0].layers[1].keys, atol=1e-5, rtol=1e-5)

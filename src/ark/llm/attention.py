@@ -32,6 +32,7 @@ import torch
 SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -45,20 +46,27 @@ static inline float dot(const float* a, const float* b, int64_t dim) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// q: [rows, heads, dim]; keys[r], values[r]: [kv_heads, length_r, dim] (the last dimension contiguous)
-torch::Tensor decode_attention(torch::Tensor q, std::vector<torch::Tensor> keys, std::vector<torch::Tensor> values,
-                               double scale) {
+// q: [rows, heads, dim]; k_new, v_new: [rows, kv_heads, dim], each row's new position; keys[r], values[r]:
+// [kv_heads, capacity, dim] buffers (the last dimension contiguous) holding lengths[r] positions. Writes the new
+// position at lengths[r], then attends each row over its lengths[r] + 1 positions.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tensor v_new,
+                               std::vector<torch::Tensor> keys, std::vector<torch::Tensor> values,
+                               std::vector<int64_t> lengths, double scale) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat, "q: [rows, heads, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
-  TORCH_CHECK((int64_t)keys.size() == rows && (int64_t)values.size() == rows, "one key and value cache a row");
+  TORCH_CHECK((int64_t)keys.size() == rows && (int64_t)values.size() == rows && (int64_t)lengths.size() == rows,
+              "one key and value cache a row");
   const int64_t kv_heads = keys[0].size(0);
   TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads must be a multiple of key/value heads");
+  for (const auto* t : {&k_new, &v_new})
+    TORCH_CHECK(t->dim() == 3 && t->is_contiguous() && t->size(0) == rows && t->size(1) == kv_heads
+                && t->size(2) == dim && t->scalar_type() == torch::kFloat, "new keys, values: [rows, kv_heads, dim]");
   for (int64_t r = 0; r < rows; ++r) {
     for (const auto* t : {&keys[r], &values[r]}) {
       TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
-                  && t->scalar_type() == torch::kFloat, "a cache: [kv_heads, length, dim] float32");
+                  && t->scalar_type() == torch::kFloat, "a cache: [kv_heads, capacity, dim] float32");
+      TORCH_CHECK(lengths[r] >= 0 && lengths[r] < t->size(1), "a cache has no room for the new position");
     }
-    TORCH_CHECK(keys[r].size(1) == values[r].size(1) && keys[r].size(1) > 0, "keys and values of one length");
   }
   const int64_t group = heads / kv_heads;
   auto out = torch::empty({rows, heads, dim}, q.options());
@@ -69,10 +77,12 @@ torch::Tensor decode_attention(torch::Tensor q, std::vector<torch::Tensor> keys,
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, acc(group * dim), total(group);
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t r = t / kv_heads, h = t % kv_heads, n = keys[r].size(1);
+      const int64_t r = t / kv_heads, h = t % kv_heads, n = lengths[r] + 1;
       const int64_t ks = keys[r].stride(1), vs = values[r].stride(1);
-      const float* K = keys[r].data_ptr<float>() + h * keys[r].stride(0);
-      const float* V = values[r].data_ptr<float>() + h * values[r].stride(0);
+      float* K = keys[r].data_ptr<float>() + h * keys[r].stride(0);
+      float* V = values[r].data_ptr<float>() + h * values[r].stride(0);
+      std::copy_n(k_new.data_ptr<float>() + (r * kv_heads + h) * dim, dim, K + lengths[r] * ks);
+      std::copy_n(v_new.data_ptr<float>() + (r * kv_heads + h) * dim, dim, V + lengths[r] * vs);
       const float* q0 = Q + (r * heads + h * group) * dim;
       scores.resize(group * n);
       for (int64_t p = 0; p < n; ++p)
@@ -122,7 +132,7 @@ def kernel_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def compiled() -> Callable | None:
-    """``decode_attention(q, keys, values, scale)`` built for this CPU (once, then loaded from the cache), or None
+    """``decode_attention(q, k_new, v_new, keys, values, lengths, scale)`` built for this CPU (once, then loaded from the cache), or None
     with one warning where it cannot be built."""
     log = logging.getLogger(__name__)
     key = build_key()

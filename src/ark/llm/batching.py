@@ -58,6 +58,49 @@ def append(layer, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
     return layer.keys, layer.values
 
 
+class RowBuffers:
+    """A request's keys and values at every layer in buffers with room to grow, ``[kv_heads, capacity, dim]``, and
+    the positions they hold: what a step with the compiled attention writes into (the kernel writes the new
+    position of every layer, so a step's Python does not touch a row per layer). The cache's own layers are views of
+    these buffers as of ``sync``."""
+
+    __slots__ = ("keys", "values", "length")
+
+    def __init__(self, keys: list, values: list, length: int):
+        self.keys, self.values, self.length = keys, values, length
+
+
+def row_buffers(cache: DynamicCache) -> RowBuffers:
+    """``cache``'s ``RowBuffers`` with room for one more position: new ones (copies of its layers) for a cache
+    that has none or that a whole-model pass has since extended (``DynamicLayer.update`` concatenates), larger ones
+    (``GROW`` more positions) for one that is full."""
+    rows = getattr(cache, "ark_rows", None)
+    layers = cache.layers
+    if rows is None or layers[0].keys.data_ptr() != rows.keys[0].data_ptr():
+        sources, n = [(layer.keys[0], layer.values[0]) for layer in layers], layers[0].keys.shape[-2]
+    elif rows.length < rows.keys[0].shape[1]:
+        return rows
+    else:
+        sources, n = [(k[:, :rows.length], v[:, :rows.length]) for k, v in zip(rows.keys, rows.values)], rows.length
+    keys, values = [], []
+    for k, v in sources:
+        kb, vb = k.new_empty(k.shape[0], n + GROW, k.shape[-1]), v.new_empty(v.shape[0], n + GROW, v.shape[-1])
+        kb[:, :n], vb[:, :n] = k, v
+        keys.append(kb)
+        values.append(vb)
+    cache.ark_rows = rows = RowBuffers(keys, values, n)
+    sync(cache)
+    return rows
+
+
+def sync(cache: DynamicCache) -> None:
+    """Point ``cache``'s layers at its ``RowBuffers``' positions (before a whole-model pass reads it)."""
+    rows = getattr(cache, "ark_rows", None)
+    if rows is not None:
+        for layer, k, v in zip(cache.layers, rows.keys, rows.values):
+            layer.keys, layer.values = k[None, :, :rows.length], v[None, :, :rows.length]
+
+
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
     """One token's attention over one row's cache, grouped-query (more query heads than key/value heads).
     In bfloat16 the query heads of each key/value head go in as that many query positions (one token needs no
@@ -82,8 +125,10 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
     inner = model.model
     ids = torch.zeros(rows, 1, dtype=torch.long)
     ids[:n, 0] = torch.tensor(tokens)
+    buffers = [row_buffers(c) for c in caches] if attention is not None else None
+    lengths = [b.length for b in buffers] if buffers else [c.get_seq_length() for c in caches]
     positions = torch.zeros(rows, 1, dtype=torch.long)
-    positions[:n, 0] = torch.tensor([c.get_seq_length() for c in caches])
+    positions[:n, 0] = torch.tensor(lengths)
     h = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(h, positions)
     for idx, layer in enumerate(inner.layers):
@@ -95,16 +140,18 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.zeros(rows, q.shape[1], 1, attn.head_dim, dtype=q.dtype)
-        if attention is not None:
-            kv = [append(cache.layers[idx], k[i:i + 1], v[i:i + 1]) for i, cache in enumerate(caches)]
-            out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), [keys[0] for keys, _ in kv],
-                                      [values[0] for _, values in kv], attn.scaling)
+        if buffers:
+            out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), k[:n, :, 0].contiguous(), v[:n, :, 0].contiguous(),
+                                      [b.keys[idx] for b in buffers], [b.values[idx] for b in buffers], lengths,
+                                      attn.scaling)
         else:
             for i, cache in enumerate(caches):
                 keys, values = append(cache.layers[idx], k[i:i + 1], v[i:i + 1])
                 out[i:i + 1] = attend(q[i:i + 1], keys, values, attn.scaling)
         h = h + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
+    for b in buffers or ():
+        b.length += 1
     return model.lm_head(inner.norm(h))[:n, 0].float()
 
 

@@ -370,6 +370,7 @@ class LocalChatModel:
                 if batcher is not None and len(ids) == 1:
                     return batcher.step(cache, ids[0])
                 with locked:
+                    batching.sync(cache)  # the batched steps' positions, written past the layers' views
                     return forward(ids)
             prompt.extend(ids)
             with locked:
@@ -393,6 +394,7 @@ class LocalChatModel:
         def keep() -> None:
             if self.prefix_cache is not None and cache is not None:
                 with locked:
+                    batching.sync(cache)
                     self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK], cache)
 
         def release() -> None:
