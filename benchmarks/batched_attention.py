@@ -2,8 +2,9 @@
 
 A decoding step of ``decode_rows`` rows (``ark.llm.batching.decode_rows``) attends each row over its own key/value
 cache: one ``scaled_dot_product_attention`` call per row and layer (240 a step for 8 rows of SmolLM2-135M). The
-alternative measured here keeps the rows' caches in one pool, padded to a common length (a multiple of
-``--block`` positions) and masked, and attends all rows of a layer in one call. For each form: the attention time of
+alternatives measured here: the rows' caches in one pool, padded to a common length (a multiple of ``--block``
+positions) and masked, all rows of a layer in one torch call; and the project's own kernel (``ark.llm.attention``,
+float32), one call a layer over each row's own length. For each form: the attention time of
 one whole step (every layer, each layer's cache its own memory, so nothing stays in the CPU's caches from one layer
 to the next), the same with torch's threads set to one, the key/value bytes it reads and the rate that makes; and
 whether a row's result in the pooled call depends on the other rows (the same row alone, beside 2 rows of the same
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import ark  # noqa: F401  (offline environment defaults)
+from ark.llm.attention import compiled
 from ark.llm.weights import default_gguf_path, load_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,14 +75,27 @@ def main() -> None:
         for keys, values in pools:
             F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
 
+    kernel = compiled()
+    q_rows = q[:, :, 0].contiguous()
+    new = [torch.randn(rows, kv_heads, dim, dtype=dtype) for _ in range(2)]
+    buffers = [([keys[i] for i in range(rows)], [values[i] for i in range(rows)]) for keys, values in pools]
+    before = [n - 1 for n in lengths]  # the kernel writes the new position itself: the step ends at each length
+
+    def own_kernel():
+        for keys, values in buffers:
+            kernel(q_rows, new[0], new[1], keys, values, before, scale)
+
     per_position = 2 * kv_heads * dim * dtype.itemsize * layers
-    read = {"one call per row": sum(lengths) * per_position, "one pooled call": rows * padded * per_position}
+    read = {"one call per row": sum(lengths) * per_position, "one pooled call": rows * padded * per_position,
+            "ark.llm.attention's kernel": sum(lengths) * per_position}
     lines = [json.dumps(machine()),
              f"{config.model_type}: {layers} layers, {heads} query heads, {kv_heads} key/value heads of {dim}; "
              f"{args.dtype}; {rows} rows of {min(lengths)}-{max(lengths)} positions, the pool padded to {padded}"]
     threads = torch.get_num_threads()
     with torch.inference_mode():
-        for name, fn in (("one call per row", per_row), ("one pooled call", pooled)):
+        forms = [("one call per row", per_row), ("one pooled call", pooled)]
+        forms += [("ark.llm.attention's kernel", own_kernel)] if kernel is not None and dtype == torch.float32 else []
+        for name, fn in forms:
             ms = best_ms(fn, args.repeats)
             torch.set_num_threads(1)
             one = best_ms(fn, args.repeats)
