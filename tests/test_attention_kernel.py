@@ -2,6 +2,7 @@
 result does not depend on the other rows or on the threads, and where it cannot be built a float32 model with
 batched steps refuses to start, in one line. The kernel is compiled once per machine (about a minute) and cached."""
 import logging
+import os
 
 import pytest
 import torch
@@ -116,22 +117,32 @@ def test_the_identity_names_the_attention_and_a_failed_build_stops_the_model_in_
         assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=2).identity["attention"] == "torch"
         return
     assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="torch").identity["attention"] == "torch"
+    built = LocalChatModel.from_model(tiny, tokenizer, decode_rows=2).identity["attention"]
+    assert built == f"compiled {attention_module.source_digest()}"  # the kernel's version: replies change with it
+    monkeypatch.setattr(attention_module, "SOURCE", attention_module.SOURCE + "// another kernel\n")
+    assert attention_module.source_digest() != built.split()[1]
     assert "attention" not in LocalChatModel.from_model(tiny, tokenizer, decode_rows=1).identity
     with pytest.raises(ValueError, match="auto, compiled or torch"):
         LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="fast")
 
-    def no_compiler(*args, **kwargs):
-        raise RuntimeError("Error building extension: c++: not found\nmore lines")
+    def no_compiler(*args, **kwargs):  # torch's message: the command it ran, then the compiler's output
+        raise RuntimeError("Error building extension 'x': [1/2] c++ -MMD -MF main.o.d -O3 -c main.cpp\n"
+                           "main.cpp:2:10: fatal error: torch/extension.h: No such file or directory\nmore lines")
 
     monkeypatch.setattr("torch.utils.cpp_extension.load_inline", no_compiler)
     monkeypatch.setattr(attention_module, "kernel_dir", lambda: tmp_path)
+    stale = tmp_path / attention_module.build_key() / "lock"  # left by a build that was killed
+    stale.parent.mkdir()
+    stale.touch()
+    os.utime(stale, (1, 1))
     attention_module.compiled.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="ark.llm.attention"):
             with pytest.raises(UserError, match="could not be built.*C[+][+] compiler.*decode_rows=1"):
                 LocalChatModel.from_model(tiny, tokenizer, decode_rows=2)
         warned = [r.getMessage() for r in caplog.records if r.name == "ark.llm.attention"]
-        assert len(warned) == 1 and "c++: not found" in warned[0] and "more lines" not in warned[0]
+        assert len(warned) == 1 and warned[0].endswith("fatal error: torch/extension.h: No such file or directory")
+        assert not stale.exists()
         assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=2, attention="torch").batcher.attention is None
         assert LocalChatModel.from_model(tiny, tokenizer, decode_rows=1).batcher is None
     finally:
@@ -139,18 +150,20 @@ def test_the_identity_names_the_attention_and_a_failed_build_stops_the_model_in_
 
 
 def test_row_buffers_grow_and_follow_a_whole_model_pass_over_many_steps(tiny, kernel):
-    """70 steps (past a buffer's ``GROW``), one row fed two tokens by a whole-model pass halfway (as the grammar's
-    forced tokens are): every step's logits are the model's own, and the other row's are those it gets alone."""
+    """70 steps (past a buffer's ``GROW``), one row fed tokens by two whole-model passes in a row halfway (as a
+    grammar's sampled and forced tokens are): every step's logits are the model's own, and the other row's are those
+    it gets alone."""
     if tiny.dtype != torch.float32:
         pytest.skip("the kernel is float32 only")
     start = [prefilled(tiny, n, seed) for seed, n in enumerate((20, 45))]
     batched, alone, own = [copy(c) for c in start], copy(start[1]), [copy(c) for c in start]
     with torch.inference_mode():
         for step in range(70):
-            if step == 35:  # row 0 gets two tokens in a pass of its own, on both sides
-                batching.sync(batched[0])
-                tiny(input_ids=torch.tensor([[7, 8]]), past_key_values=batched[0], use_cache=True)
-                tiny(input_ids=torch.tensor([[7, 8]]), past_key_values=own[0], use_cache=True)
+            if step == 35:  # row 0 gets tokens in two passes of its own in a row (a grammar's sampled then forced
+                for ids in ([7, 8], [9, 10, 11]):  # tokens), on both sides
+                    batching.hand_back(batched[0])
+                    tiny(input_ids=torch.tensor([ids]), past_key_values=batched[0], use_cache=True)
+                    tiny(input_ids=torch.tensor([ids]), past_key_values=own[0], use_cache=True)
             tokens = [100 + step, 200 + step]
             got = batching.decode_rows(tiny, batched, tokens, rows=2, attention=kernel)
             lone = batching.decode_rows(tiny, [alone], tokens[1:], rows=2, attention=kernel)
@@ -158,6 +171,6 @@ def test_row_buffers_grow_and_follow_a_whole_model_pass_over_many_steps(tiny, ke
             for i in range(2):
                 want = tiny(input_ids=torch.tensor([[tokens[i]]]), past_key_values=own[i], use_cache=True).logits[0, -1]
                 torch.testing.assert_close(got[i], want.float(), atol=1e-4, rtol=1e-4)
-    batching.sync(batched[0])
-    assert batched[0].get_seq_length() == own[0].get_seq_length() == 20 + 70 + 2
+    batching.hand_back(batched[0])
+    assert batched[0].get_seq_length() == own[0].get_seq_length() == 20 + 70 + 5
     torch.testing.assert_close(batched[0].layers[1].keys, own[0].layers[1].keys, atol=1e-5, rtol=1e-5)

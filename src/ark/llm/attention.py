@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +37,7 @@ SOURCE = r"""
 #include <cmath>
 #include <vector>
 
-// q . k over dim: eight partial sums (one vector register's lanes), added in a fixed order
+// q . k over dim: eight partial sums (lanes the compiler keeps in vector registers), added in a fixed order
 static inline float dot(const float* a, const float* b, int64_t dim) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t d = 0;
@@ -52,19 +53,22 @@ static inline float dot(const float* a, const float* b, int64_t dim) {
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tensor v_new,
                                std::vector<torch::Tensor> keys, std::vector<torch::Tensor> values,
                                std::vector<int64_t> lengths, double scale) {
-  TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat, "q: [rows, heads, dim] float32");
+  TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat && q.device().is_cpu(),
+              "q: [rows, heads, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  TORCH_CHECK(rows > 0, "no rows");
   TORCH_CHECK((int64_t)keys.size() == rows && (int64_t)values.size() == rows && (int64_t)lengths.size() == rows,
               "one key and value cache a row");
   const int64_t kv_heads = keys[0].size(0);
   TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads must be a multiple of key/value heads");
   for (const auto* t : {&k_new, &v_new})
     TORCH_CHECK(t->dim() == 3 && t->is_contiguous() && t->size(0) == rows && t->size(1) == kv_heads
-                && t->size(2) == dim && t->scalar_type() == torch::kFloat, "new keys, values: [rows, kv_heads, dim]");
+                && t->size(2) == dim && t->scalar_type() == torch::kFloat && t->device().is_cpu(),
+                "new keys, values: [rows, kv_heads, dim]");
   for (int64_t r = 0; r < rows; ++r) {
     for (const auto* t : {&keys[r], &values[r]}) {
       TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
-                  && t->scalar_type() == torch::kFloat, "a cache: [kv_heads, capacity, dim] float32");
+                  && t->scalar_type() == torch::kFloat && t->device().is_cpu(), "a cache: [kv_heads, capacity, dim] float32");
       TORCH_CHECK(lengths[r] >= 0 && lengths[r] < t->size(1), "a cache has no room for the new position");
     }
   }
@@ -73,16 +77,24 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
   const float* Q = q.data_ptr<float>();
   float* O = out.data_ptr<float>();
   const float s = (float)scale;
-  pybind11::gil_scoped_release free_python;
+  const float* KN = k_new.data_ptr<float>();
+  const float* VN = v_new.data_ptr<float>();
+  std::vector<float*> kp(rows), vp(rows);
+  std::vector<int64_t> k0(rows), k1(rows), v0(rows), v1(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    kp[r] = keys[r].data_ptr<float>(), vp[r] = values[r].data_ptr<float>();
+    k0[r] = keys[r].stride(0), k1[r] = keys[r].stride(1), v0[r] = values[r].stride(0), v1[r] = values[r].stride(1);
+  }
+  pybind11::gil_scoped_release free_python;  // a row's task touches only its own buffers and its rows of out
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, acc(group * dim), total(group);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = t / kv_heads, h = t % kv_heads, n = lengths[r] + 1;
-      const int64_t ks = keys[r].stride(1), vs = values[r].stride(1);
-      float* K = keys[r].data_ptr<float>() + h * keys[r].stride(0);
-      float* V = values[r].data_ptr<float>() + h * values[r].stride(0);
-      std::copy_n(k_new.data_ptr<float>() + (r * kv_heads + h) * dim, dim, K + lengths[r] * ks);
-      std::copy_n(v_new.data_ptr<float>() + (r * kv_heads + h) * dim, dim, V + lengths[r] * vs);
+      const int64_t ks = k1[r], vs = v1[r];
+      float* K = kp[r] + h * k0[r];
+      float* V = vp[r] + h * v0[r];
+      std::copy_n(KN + (r * kv_heads + h) * dim, dim, K + lengths[r] * ks);
+      std::copy_n(VN + (r * kv_heads + h) * dim, dim, V + lengths[r] * vs);
       const float* q0 = Q + (r * heads + h * group) * dim;
       scores.resize(group * n);
       for (int64_t p = 0; p < n; ++p)
@@ -114,7 +126,12 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
 }
 """
 
-FLAGS = ["-O3", "-march=native", "-fopenmp"]  # OpenMP: at::parallel_for runs on torch's own threads
+# -fopenmp: without it ATen's parallel_for compiles to a serial loop; with it, it runs on torch's OpenMP threads (the
+# library torch loaded, of the same name)
+FLAGS = ["-O3", "-march=native", "-fopenmp"]
+# torch's builder locks a build directory with a file while it builds; one left by a killed process would make every
+# later start wait for ever
+STALE_LOCK_S = 600
 
 
 def build_key() -> str:
@@ -126,34 +143,49 @@ def build_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def build_error(e: Exception) -> str:
+    """The line of a build's error that says what went wrong: the compiler's first ``error`` line (torch's message
+    begins with the command it ran), else its first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+    return next((line for line in lines if "error:" in line.lower()), lines[0])[:300]
+
+
+def source_digest() -> str:
+    """The kernel's version in a model's identity: replies change with its source."""
+    return hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+
+
 def kernel_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ark" / "kernels"
 
 
 @functools.lru_cache(maxsize=None)
 def compiled() -> Callable | None:
-    """``decode_attention(q, k_new, v_new, keys, values, lengths, scale)`` built for this CPU (once, then loaded from the cache), or None
-    with one warning where it cannot be built."""
+    """``decode_attention(q, k_new, v_new, keys, values, lengths, scale)`` built for this CPU, or None with one
+    warning where it cannot be built. The build is kept; later processes load it (torch's builder still runs ninja to
+    see that it is current, so ninja is needed then too)."""
     log = logging.getLogger(__name__)
     key = build_key()
     where = kernel_dir() / key
     try:
         from torch.utils.cpp_extension import load_inline
 
-        try:  # ninja's wheel puts the program beside its module, not always on PATH
-            import ninja
-            os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
-        except ImportError:
-            pass
         if shutil.which("ninja") is None:
-            raise RuntimeError("ninja is not installed")
+            try:  # ninja's wheel puts the program beside its module, not always on PATH
+                import ninja
+                os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+            except ImportError:
+                raise RuntimeError("ninja is not installed") from None
         where.mkdir(parents=True, exist_ok=True)
+        lock = where / "lock"
+        if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink(missing_ok=True)
         if not any(where.glob("*.so")):
             log.info("compiling the decoding step's attention kernel for this CPU (once, about a minute): %s", where)
         module = load_inline(f"ark_decode_attention_{key}", SOURCE, functions=["decode_attention"],
                              extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(where))
     except Exception as e:  # no compiler, no ninja, a failed build
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        log.warning("the decoding attention kernel could not be built: %s", reason[:200])
+        log.warning("the decoding attention kernel could not be built: %s", build_error(e))
+        log.debug("the whole error: %s", e)
         return None
     return module.decode_attention

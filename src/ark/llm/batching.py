@@ -61,8 +61,9 @@ def append(layer, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor,
 class RowBuffers:
     """A request's keys and values at every layer in buffers with room to grow, ``[kv_heads, capacity, dim]``, and
     the positions they hold: what a step with the compiled attention writes into (the kernel writes the new
-    position of every layer, so a step's Python does not touch a row per layer). The cache's own layers are views of
-    these buffers as of ``sync``."""
+    position of every layer, so a step's Python does not touch a row per layer). Between steps the cache's own
+    layers lag behind (views of the buffers as they were made): ``hand_back`` makes them whole before anything else
+    reads the cache."""
 
     __slots__ = ("keys", "values", "length")
 
@@ -70,35 +71,41 @@ class RowBuffers:
         self.keys, self.values, self.length = keys, values, length
 
 
+def _point(cache: DynamicCache, bufs: RowBuffers) -> None:
+    for layer, k, v in zip(cache.layers, bufs.keys, bufs.values):
+        layer.keys, layer.values = k[None, :, :bufs.length], v[None, :, :bufs.length]
+
+
 def row_buffers(cache: DynamicCache) -> RowBuffers:
-    """``cache``'s ``RowBuffers`` with room for one more position: new ones (copies of its layers) for a cache
-    that has none or that a whole-model pass has since extended (``DynamicLayer.update`` concatenates), larger ones
-    (``GROW`` more positions) for one that is full."""
-    rows = getattr(cache, "ark_rows", None)
-    layers = cache.layers
-    if rows is None or layers[0].keys.data_ptr() != rows.keys[0].data_ptr():
-        sources, n = [(layer.keys[0], layer.values[0]) for layer in layers], layers[0].keys.shape[-2]
-    elif rows.length < rows.keys[0].shape[1]:
-        return rows
+    """``cache``'s ``RowBuffers`` with room for one more position: new ones (copies of its layers) for a cache that
+    has none, larger ones (``GROW`` more positions) for one that is full."""
+    bufs = getattr(cache, "ark_row_buffers", None)
+    if bufs is not None:
+        if cache.layers[0].keys.data_ptr() != bufs.keys[0].data_ptr():  # a pass extended the layers (concatenating)
+            raise RuntimeError("a cache was read past its batched positions: hand_back(cache) before a pass")
+        if bufs.length < bufs.keys[0].shape[1]:
+            return bufs
+        sources, n = [(k[:, :bufs.length], v[:, :bufs.length]) for k, v in zip(bufs.keys, bufs.values)], bufs.length
     else:
-        sources, n = [(k[:, :rows.length], v[:, :rows.length]) for k, v in zip(rows.keys, rows.values)], rows.length
+        sources, n = [(layer.keys[0], layer.values[0]) for layer in cache.layers], cache.layers[0].keys.shape[-2]
     keys, values = [], []
     for k, v in sources:
         kb, vb = k.new_empty(k.shape[0], n + GROW, k.shape[-1]), v.new_empty(v.shape[0], n + GROW, v.shape[-1])
         kb[:, :n], vb[:, :n] = k, v
         keys.append(kb)
         values.append(vb)
-    cache.ark_rows = rows = RowBuffers(keys, values, n)
-    sync(cache)
-    return rows
+    cache.ark_row_buffers = bufs = RowBuffers(keys, values, n)
+    _point(cache, bufs)
+    return bufs
 
 
-def sync(cache: DynamicCache) -> None:
-    """Point ``cache``'s layers at its ``RowBuffers``' positions (before a whole-model pass reads it)."""
-    rows = getattr(cache, "ark_rows", None)
-    if rows is not None:
-        for layer, k, v in zip(cache.layers, rows.keys, rows.values):
-            layer.keys, layer.values = k[None, :, :rows.length], v[None, :, :rows.length]
+def hand_back(cache: DynamicCache) -> None:
+    """Make ``cache``'s layers hold every position its ``RowBuffers`` hold, and let the buffers go: what reads the
+    cache next (a whole-model pass, which extends its layers by concatenating into new tensors; the prefix cache)
+    sees all of it, and a later batched step copies the layers into new buffers."""
+    bufs = cache.__dict__.pop("ark_row_buffers", None)
+    if bufs is not None:
+        _point(cache, bufs)
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:

@@ -36,6 +36,7 @@ from transformers import DynamicCache
 from ark.errors import UserError
 from ark.llm import batching
 from ark.llm.attention import compiled as attention_kernel
+from ark.llm.attention import source_digest as attention_source
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
 from ark.llm.protocol import chat_messages, forced_tool_name
 from ark.llm.schema import RequestError
@@ -276,7 +277,7 @@ class LocalChatModel:
                          "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
                          "decode_rows": decode_rows, "linear": linear}
         if decode_rows > 1:  # which attention computed the batched steps (one request at a time: the model's own)
-            self.identity["attention"] = "compiled" if kernel is not None else "torch"
+            self.identity["attention"] = f"compiled {attention_source()}" if kernel is not None else "torch"
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
@@ -370,7 +371,7 @@ class LocalChatModel:
                 if batcher is not None and len(ids) == 1:
                     return batcher.step(cache, ids[0])
                 with locked:
-                    batching.sync(cache)  # the batched steps' positions, written past the layers' views
+                    batching.hand_back(cache)  # the batched steps' positions, written past the layers' views
                     return forward(ids)
             prompt.extend(ids)
             with locked:
@@ -394,7 +395,7 @@ class LocalChatModel:
         def keep() -> None:
             if self.prefix_cache is not None and cache is not None:
                 with locked:
-                    batching.sync(cache)
+                    batching.hand_back(cache)
                     self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK], cache)
 
         def release() -> None:
