@@ -39,9 +39,10 @@ from common import machine  # noqa: E402
 from embedded_throughput import workload  # noqa: E402
 
 
-def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, constrained: bool) -> dict:
+def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, constrained: bool,
+        attention: str = "auto") -> dict:
     model = LocalChatModel(adapter=adapter, constrained=constrained, cache_dir="~/.cache/ark/models",
-                           decode_rows=rows)
+                           decode_rows=rows, attention=attention)
     spent = {"whole": 0.0, "batched": 0.0}
     forward, decode_rows = model.model.forward, batching.decode_rows
 
@@ -74,7 +75,8 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
     wall = time.perf_counter() - start
     batching.decode_rows = decode_rows
     b = model.batcher
-    return {"rows": rows, "concurrency": concurrency, "wall_s": round(wall, 1),
+    return {"rows": rows, "concurrency": concurrency, "attention": model.identity.get("attention", "-"),
+            "wall_s": round(wall, 1),
             "whole_model_passes_s": round(spent["whole"], 1), "batched_steps_s": round(spent["batched"], 1),
             "mean_rows_used": round(b.row_steps / b.steps, 2) if b and b.steps else 1.0,
             "replies": replies}
@@ -142,7 +144,7 @@ def main() -> None:
     ap.add_argument("--linear", default="onednn", choices=["onednn", "torch"], help="--kernel: the linear products")
     ap.add_argument("--profile", action="store_true", help="--kernel: where a step of 8 rows goes")
     ap.add_argument("--attention", default="torch", choices=["torch", "compiled"],
-                    help="--kernel: a batched step's attention (ark.llm.attention's kernel, or a torch call per row)")
+                    help="a batched step's attention (ark.llm.attention's kernel, or a torch call per row)")
     ap.add_argument("--adapter", default=None)
     ap.add_argument("--free", action="store_true", help="decode freely (the students, base_free)")
     ap.add_argument("--queries", type=int, default=8)
@@ -158,7 +160,8 @@ def main() -> None:
     first = None
     for setting in args.settings:
         rows, concurrency = map(int, setting.split(":"))
-        r = run(requests, rows, concurrency, args.adapter, constrained=not (args.free or args.adapter))
+        r = run(requests, rows, concurrency, args.adapter, constrained=not (args.free or args.adapter),
+                attention=args.attention)
         first = first or r["replies"]
         same = sum(a == b for a, b in zip(r.pop("replies"), first))
         print(json.dumps(r | {"same_replies_as_first": f"{same}/{len(requests)}"}), flush=True)
