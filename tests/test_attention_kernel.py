@@ -3,6 +3,7 @@ result does not depend on the other rows or on the threads, and where it cannot 
 batched steps refuses to start, in one line. The kernel is compiled once per machine (about a minute) and cached."""
 import logging
 import os
+import sys
 
 import pytest
 import torch
@@ -19,7 +20,10 @@ from tests.test_local_speed import tiny  # noqa: F401  (fixture)
 
 @pytest.fixture(scope="module")
 def kernel():
+    path = list(sys.path)
+    attention_module.compiled.cache_clear()
     built = attention_module.compiled()
+    assert sys.path == path  # torch's builder (setuptools) appends to it; left so, importlib.metadata sees old versions
     if built is None:
         pytest.fail("the attention kernel did not build on this machine (see the warning); it needs a C++ compiler "
                     "and ninja (both in the lock's environment)")

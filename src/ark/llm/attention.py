@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -167,7 +168,8 @@ def compiled() -> Callable | None:
     log = logging.getLogger(__name__)
     key = build_key()
     where = kernel_dir() / key
-    try:
+    path = list(sys.path)  # torch's builder imports setuptools, which appends its vendored packages to sys.path: a
+    try:                   # process's importlib.metadata would then see their old versions beside the installed ones
         from torch.utils.cpp_extension import load_inline
 
         if shutil.which("ninja") is None:
@@ -188,4 +190,6 @@ def compiled() -> Callable | None:
         log.warning("the decoding attention kernel could not be built: %s", build_error(e))
         log.debug("the whole error: %s", e)
         return None
+    finally:
+        sys.path[:] = path
     return module.decode_attention
