@@ -96,7 +96,10 @@ def start_server(overrides: list[str]) -> tuple[subprocess.Popen, str, float]:
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     proc = subprocess.Popen([sys.executable, "-m", "ark.cli", "serve", "--port", str(port), *overrides], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # SIGINT as a terminal has it, even where this script runs in the background (which
+                            # ignores it, and a process started ignoring it is not stopped by Ctrl-C)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     url, start = f"http://127.0.0.1:{port}/v1", time.perf_counter()
     while True:
         if proc.poll() is not None:

@@ -293,3 +293,35 @@ def test_an_idle_server_lets_its_kept_prompts_shrink_once_after_each_burst_and_n
         assert released(2)
     finally:
         idle.stop()
+
+
+def test_while_requests_run_the_server_gives_free_heap_pages_back_every_period_and_not_when_idle():
+    import threading
+    import time
+
+    from ark.serve import IdleRelease
+
+    class Model:
+        def shrink_kept(self, tokens):
+            pass
+
+    trims, started, finish = [], threading.Event(), threading.Event()
+    idle = IdleRelease(Model(), idle_s=0.2, keep_tokens=100, trim_s=0.1, trim=lambda: trims.append(time.monotonic()))
+    idle.start()
+    try:
+        time.sleep(0.4)
+        assert trims == []  # nothing runs: nothing to give back
+        slow = idle.wrap(lambda request: started.set() or finish.wait(10) and "reply")
+        worker = threading.Thread(target=slow, args=({},))
+        worker.start()
+        started.wait(10)
+        time.sleep(0.75)
+        during = len(trims)
+        assert 4 <= during <= 8  # about one a period while the request runs
+        assert all(b - a >= 0.09 for a, b in zip(trims, trims[1:]))  # never more often than the period
+        finish.set()
+        worker.join(10)
+        time.sleep(0.6)
+        assert len(trims) <= during + 1  # none once it ended (the idle release's own trim is the model's)
+    finally:
+        idle.stop()

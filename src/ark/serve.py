@@ -131,20 +131,28 @@ def fewer_heaps() -> None:
 # After this many seconds with no request the server lets go of a burst's memory; an agent's steps follow each other
 # within milliseconds of tool time, so a run in progress is never taken for idle.
 IDLE_S = 3.0
+# While requests run, the heap's free pages go back to the system this often. Freed key/value tensors stay resident
+# in glibc's heaps while other requests allocate larger ones: six conversations of 2.7k then 5.3k tokens under the
+# 1 GiB key/value bound peaked at 3.6 GiB, 1.5 GiB of it free heap; 2.8 GiB with a trim a second, 2.5 GiB with one
+# every 0.25 s (4.5 ms each, the same wall time; benchmarks/serve_heap.py)
+TRIM_S = 0.25
 # the kept prompts an idle server holds on to: a system prompt and its tools (a default run's is ~1,500 tokens),
 # about 94 MB in float32
 IDLE_KEEP_TOKENS = 2048
 
 
 class IdleRelease:
-    """Memory back after a burst: once no request has been computed for ``idle_s`` seconds, the model's kept
+    """Memory back during and after a burst: while requests run, the heap's free pages go back to the system every
+    ``trim_s`` seconds (``trim``); once no request has been computed for ``idle_s`` seconds, the model's kept
     prompts (``ark.llm.local.PrefixCache``, up to its whole key/value bound while nothing is in flight) shrink to
-    their ``keep_tokens`` most recently used, and the heap's free pages go back to the system. A burst of 20
-    agent-length requests left 1.24x the idle memory resident without it (benchmarks/serve_load.py)."""
+    their ``keep_tokens`` most recently used, and the heap's free pages go back too. A burst of 20 agent-length
+    requests left 1.24x the idle memory resident without the idle release (benchmarks/serve_load.py)."""
 
-    def __init__(self, model, idle_s: float = IDLE_S, keep_tokens: int = IDLE_KEEP_TOKENS):
-        self.model, self.idle_s, self.keep_tokens = model, idle_s, keep_tokens
-        self.busy, self.last, self.released = 0, time.monotonic(), True
+    def __init__(self, model, idle_s: float = IDLE_S, keep_tokens: int = IDLE_KEEP_TOKENS, trim_s: float = TRIM_S,
+                 trim=None):
+        self.model, self.idle_s, self.keep_tokens, self.trim_s = model, idle_s, keep_tokens, trim_s
+        self.trim = trim or _release_free_memory
+        self.busy, self.last, self.released, self.trimmed = 0, time.monotonic(), True, time.monotonic()
         self.cond = threading.Condition()
         self.stopping = False
 
@@ -152,8 +160,11 @@ class IdleRelease:
         """``generate`` counted as activity (a request is busy from its call to its reply)."""
         def generate_counted(request: dict) -> dict:
             with self.cond:
+                if not self.busy:
+                    self.trimmed = time.monotonic()  # the first trim of a burst one period after it starts
                 self.busy += 1
                 self.released = False
+                self.cond.notify_all()
             try:
                 return generate(request)
             finally:
@@ -173,17 +184,22 @@ class IdleRelease:
         self.model.shrink_kept(self.keep_tokens)
 
     def run(self) -> None:
-        """Release whenever due, until ``stop()``: the body of a daemon thread."""
+        """Trim while busy and release whenever due, until ``stop()``: the body of a daemon thread."""
         while True:
             with self.cond:
                 if self.stopping:
                     return
-                due = self.due()
-                if due != 0:  # None: until a request ends (notified)
+                due, action = self.due(), self.release
+                if self.busy:
+                    due, action = max(0.0, self.trimmed + self.trim_s - time.monotonic()), self.trim
+                if due != 0:  # None: until a request starts or ends (notified)
                     self.cond.wait(due)
                     continue
-                self.released = True
-            self.release()
+                if action is self.trim:
+                    self.trimmed = time.monotonic()
+                else:
+                    self.released = True
+            action()
 
     def start(self) -> "IdleRelease":
         threading.Thread(target=self.run, name="ark-serve-idle-release", daemon=True).start()
@@ -193,6 +209,12 @@ class IdleRelease:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+
+
+def _release_free_memory() -> None:
+    from ark.llm.local import release_free_memory
+
+    release_free_memory()
 
 
 def check_port(host: str, port: int) -> None:
