@@ -33,3 +33,12 @@ def machine(packages=()) -> dict:
     info["isa_limits"] = {k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
                           if k in os.environ}
     return info
+
+
+def rss_mib(pid: int | str = "self") -> float:
+    """Resident memory of a process (this one by default) in MiB (0 once it has gone)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0.0)

@@ -28,19 +28,12 @@ from ark.llm.local import LocalChatModel
 from ark.serve import IdleRelease, fewer_heaps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine  # noqa: E402
+from common import machine, rss_mib  # noqa: E402
 
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
                                                       "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def rss_mib() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def main() -> None:

@@ -26,19 +26,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
-from common import machine  # noqa: E402
+from common import machine, rss_mib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process in MiB (0 once it has gone)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
 
 
 def start_server(port: int, overrides: list[str]) -> tuple[subprocess.Popen, str, list[str]]:

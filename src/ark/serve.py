@@ -151,7 +151,9 @@ class IdleRelease:
     def __init__(self, model, idle_s: float = IDLE_S, keep_tokens: int = IDLE_KEEP_TOKENS, trim_s: float = TRIM_S,
                  trim=None):
         self.model, self.idle_s, self.keep_tokens, self.trim_s = model, idle_s, keep_tokens, trim_s
-        self.trim = trim or _release_free_memory
+        if trim is None:
+            from ark.llm.local import release_free_memory as trim
+        self.trim = trim
         self.busy, self.last, self.released, self.trimmed = 0, time.monotonic(), True, time.monotonic()
         self.cond = threading.Condition()
         self.stopping = False
@@ -209,12 +211,6 @@ class IdleRelease:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-
-
-def _release_free_memory() -> None:
-    from ark.llm.local import release_free_memory
-
-    release_free_memory()
 
 
 def check_port(host: str, port: int) -> None:
