@@ -72,7 +72,8 @@ class Split:
                 return fn(*args, **kwargs)
             finally:
                 name = part() if callable(part) else part
-                self.add(name, time.perf_counter() - start, cpu_seconds() - cpu, tokens(*args, **kwargs))
+                if name is not None:  # None: outside a request (the model's set-up checks)
+                    self.add(name, time.perf_counter() - start, cpu_seconds() - cpu, tokens(*args, **kwargs))
         return wrapper
 
     def reuse(self) -> dict:
@@ -94,7 +95,8 @@ class Split:
 def attached(split: Split):
     """Time the pieces of every ``LocalChatModel`` set up inside the block (their code is unchanged)."""
     setup, stepper = LocalChatModel._setup, LocalChatModel._stepper
-    originals = {(batching, "decode_rows"): batching.decode_rows, (decoding, "allowed_logits"): decoding.allowed_logits,
+    originals = {(batching, "decode_rows"): batching.decode_rows, (batching, "prefill"): batching.prefill,
+                 (decoding, "allowed_logits"): decoding.allowed_logits,
                  (decoding.ToolCallGrammar, "closing"): decoding.ToolCallGrammar.closing,
                  (decoding.Sampling, "pick"): decoding.Sampling.pick,
                  (PrefixCache, "longest_prefix"): PrefixCache.longest_prefix, (PrefixCache, "put"): PrefixCache.put}
@@ -125,6 +127,8 @@ def attached(split: Split):
 
     LocalChatModel._setup, LocalChatModel._stepper = timed_setup, timed_stepper
     batching.decode_rows = split.timed("batched", batching.decode_rows, lambda model, caches, *a: len(caches))
+    batching.prefill = split.timed(lambda: getattr(split.phase, "name", None), batching.prefill,
+                                   lambda model, cache, ids, *a: len(ids))
     decoding.allowed_logits = split.timed("grammar", decoding.allowed_logits)
     decoding.ToolCallGrammar.closing = split.timed("grammar", decoding.ToolCallGrammar.closing)
     decoding.Sampling.pick = split.timed("sampling", decoding.Sampling.pick)

@@ -178,3 +178,25 @@ def test_row_buffers_grow_and_follow_a_whole_model_pass_over_many_steps(tiny, ke
     batching.hand_back(batched[0])
     assert batched[0].get_seq_length() == own[0].get_seq_length() == 20 + 70 + 5
     torch.testing.assert_close(batched[0].layers[1].keys, own[0].layers[1].keys, atol=1e-5, rtol=1e-5)
+
+
+def test_the_build_runs_the_locked_ninja_whatever_comes_first_on_path(monkeypatch, tmp_path):
+    """A system ninja of another log format first on PATH would make every switch between it and the wheel's rebuild
+    the kernel; the wheel's goes first while building, and PATH is as it was afterwards."""
+    import ninja
+
+    seen = []
+
+    def builder(*args, **kwargs):
+        seen.append(os.environ["PATH"].split(os.pathsep)[0])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setenv("PATH", f"/usr/bin{os.pathsep}/bin")
+    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", builder)
+    monkeypatch.setattr(attention_module, "kernel_dir", lambda: tmp_path)
+    attention_module.compiled.cache_clear()
+    try:
+        assert attention_module.compiled() is None
+    finally:
+        attention_module.compiled.cache_clear()
+    assert seen == [ninja.BIN_DIR] and os.environ["PATH"] == f"/usr/bin{os.pathsep}/bin"

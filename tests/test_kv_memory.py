@@ -45,6 +45,26 @@ def test_a_shared_prefix_is_stored_once_and_found_up_to_a_chunk_before_the_end()
     assert pc.longest_prefix([9] * 20) == (None, 0)
 
 
+def test_reused_up_to_any_position_a_prompt_is_kept_whole_and_found_to_where_it_differs():
+    pc = PrefixCache(max_tokens=100, any_position=True)
+    first = list(range(10))  # two whole chunks and a short one
+    assert pc.kept(first) == first and PrefixCache().kept(first) == first[:8]
+    pc.put(first, cache_of(first))
+    assert pc.tokens == 10
+    cache, n = pc.longest_prefix(first[:9] + [50, 51])  # into the short chunk
+    assert n == 9 and held(cache) == first[:9]
+    assert pc.longest_prefix(first[:6] + [50])[1] == 6  # into a whole chunk
+    assert pc.longest_prefix(first)[1] == 9  # a token is always left to feed
+    longer = first + [10, 11, 12, 13]  # its third chunk is whole and starts with the short one: it replaces it
+    pc.put(longer, cache_of(longer))
+    assert pc.tokens == 14 and held(pc.longest_prefix(longer + [1])[0]) == longer
+    pc.put(first, cache_of(first))  # a short chunk that a kept one starts with adds nothing
+    assert pc.tokens == 14
+    other = first[:8] + [60]
+    pc.put(other, cache_of(other))
+    assert pc.tokens == 15 and pc.longest_prefix(other + [1])[1] == 9 and pc.longest_prefix(first[:9] + [7])[1] == 9
+
+
 def test_the_tree_drops_least_recently_used_leaves_to_stay_under_its_bound():
     pc = PrefixCache(max_tokens=12)
     a, b = [0, 1, 2, 3, 10, 11, 12, 13], [0, 1, 2, 3, 20, 21, 22, 23]
@@ -172,16 +192,19 @@ def test_a_budget_under_one_context_window_is_refused(tiny, tokenizer):
 
 
 @pytest.mark.parametrize("decode_rows", [1, 2])
-def test_cancel_ends_a_request_under_way_at_its_next_step(tiny, tokenizer, decode_rows):
+def test_cancel_ends_a_request_under_way_at_its_next_step(tiny, tokenizer, decode_rows, monkeypatch):
     model = LocalChatModel.from_model(tiny, tokenizer, constrained=False, decode_rows=decode_rows)
-    steps, forward = [], tiny.forward
+    steps, forward, prefill = [], tiny.forward, local_module.batching.prefill
 
-    def slow_forward(*args, **kwargs):
-        steps.append(1)
-        time.sleep(0.02)
-        return forward(*args, **kwargs)
+    def slow(run):
+        def counted(*args, **kwargs):
+            steps.append(1)
+            time.sleep(0.02)
+            return run(*args, **kwargs)
+        return counted
 
-    tiny.forward = slow_forward
+    tiny.forward = slow(forward)  # a reply's single-token passes, one request at a time
+    monkeypatch.setattr(local_module.batching, "prefill", slow(prefill))  # the prompt's passes
     result = {}
 
     def ask():

@@ -302,7 +302,8 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert torch.allclose(lm, lu, atol=1e-4)
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
                                "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK,
-                               "threads": torch.get_num_threads(), "decode_rows": 1, "linear": "torch"}
+                               "threads": torch.get_num_threads(), "decode_rows": 1, "linear": "torch",
+                               "prefill": "padded to the chunk"}
     # oneDNN's reordered weights: the same model to the last bits' noise; an unmerged adapter keeps torch's layers
     packed = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, linear="onednn")
     kept = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, merge_adapter=False,
@@ -388,7 +389,8 @@ def test_smollm2_through_chat_server_and_litellm(tools, tmp_path):
     assert model.identity == cached.identity == {"gguf_sha256": gguf_sha256(default_gguf_path(), tmp_path / "models"),
                                                  "adapter_sha256": None, "dtype": "bfloat16", "constrained": True,
                                                  "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
-                                                 "decode_rows": 1, "linear": model.identity["linear"]}
+                                                 "decode_rows": 1, "linear": model.identity["linear"],
+                                                 "prefill": "padded to the chunk"}
     assert model.identity["linear"] == ("onednn" if weights.cpu_has_bf16() else "torch")  # no bf16 oneDNN without
     del cached
     with ChatServer(model.generate, model_name="smollm2") as server:

@@ -168,15 +168,15 @@ def compiled() -> Callable | None:
     log = logging.getLogger(__name__)
     key = build_key()
     where = kernel_dir() / key
-    path = list(sys.path)  # torch's builder imports setuptools, which appends its vendored packages to sys.path: a
-    try:                   # process's importlib.metadata would then see their old versions beside the installed ones
+    path, programs = list(sys.path), os.environ.get("PATH")  # torch's builder imports setuptools, which appends its
+    try:  # vendored packages to sys.path: a process's importlib.metadata would then see their old versions too
         from torch.utils.cpp_extension import load_inline
 
-        if shutil.which("ninja") is None:
-            try:  # ninja's wheel puts the program beside its module, not always on PATH
-                import ninja
-                os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
-            except ImportError:
+        try:  # the locked wheel's ninja, first on PATH while building: the wheel puts the program beside its module,
+            import ninja  # and a system ninja of another log format makes the next build with the wheel's start over
+            os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+        except ImportError:
+            if shutil.which("ninja") is None:
                 raise RuntimeError("ninja is not installed") from None
         where.mkdir(parents=True, exist_ok=True)
         lock = where / "lock"
@@ -192,4 +192,8 @@ def compiled() -> Callable | None:
         return None
     finally:
         sys.path[:] = path
+        if programs is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = programs
     return module.decode_attention

@@ -14,9 +14,16 @@ result independent of the others:
 
 So a reply depends on ``rows`` (part of the model's identity), never on the company it kept.
 ``tests/test_batching.py`` checks this bit for bit. Llama-architecture models only (SmolLM2 is one).
+
+A prompt is computed by ``prefill`` passes, each within one window of positions (``ark.llm.local.PREFILL_CHUNK``),
+with the same layers as a step but attention over keys padded with zeros to the window's end and queries padded to
+``QUERY_BLOCK`` rows: the shapes torch's attention sees then depend on the window, not on where a pass began. Where
+the linear layers compute a row whatever the number of rows (``reuse_granularity`` checks it), the keys and values
+at a position depend only on the tokens up to it, and a kept prompt can be reused up to any position.
 """
 from __future__ import annotations
 
+import random
 import threading
 from typing import Callable
 
@@ -160,6 +167,93 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
     for b in buffers or ():
         b.length += 1
     return model.lm_head(inner.norm(h))[:n, 0].float()
+
+
+# A prefill pass's queries go to attention in blocks of this many rows (zero rows after the last): torch's CPU
+# attention gave a row other bits when the last block of 32 query rows held only 1-3 of them (torch 2.13, AVX2)
+QUERY_BLOCK = 32
+
+
+def empty_cache(model) -> DynamicCache:
+    """A cache holding no positions, one layer per layer of ``model``."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    empty = torch.empty(1, kv_heads, 0, head_dim, dtype=model.dtype)
+    return DynamicCache([(empty, empty) for _ in model.model.layers])
+
+
+def prefill(model, cache: DynamicCache, ids: list[int], window: int) -> torch.Tensor:
+    """One forward pass of ``ids`` after ``cache``'s positions (extended in place), inside one ``window`` of
+    positions (the pass must not cross a multiple of it). Returns the last position's logits, float32.
+    A layer's keys and values become a view of a buffer padded with zeros to the window's end, which attention
+    reads whole (masked); its queries are padded to ``QUERY_BLOCK`` rows."""
+    past, n = cache.get_seq_length(), len(ids)
+    if not n or past // window != (past + n - 1) // window:
+        raise ValueError(f"a prefill pass of {n} tokens after {past} must lie inside one window of {window}")
+    end, rows = (past // window + 1) * window, -(-n // QUERY_BLOCK) * QUERY_BLOCK
+    inner = model.model
+    h = inner.embed_tokens(torch.tensor([ids]))
+    cos, sin = inner.rotary_emb(h, torch.arange(past, past + n)[None])
+    mask = torch.ones(rows, end, dtype=torch.bool).tril(diagonal=past)
+    mask[n:] = mask[n - 1]  # the padding rows attend like the last row (their results are dropped)
+    for cached, layer in zip(cache.layers, inner.layers):
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        shape = (1, n, -1, attn.head_dim)
+        q = attn.q_proj(x).view(shape).transpose(1, 2)
+        k = attn.k_proj(x).view(shape).transpose(1, 2)
+        v = attn.v_proj(x).view(shape).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        padded = []
+        for old, new in ((cached.keys, k), (cached.values, v)):
+            buf = new.new_empty(1, new.shape[1], end, new.shape[-1])
+            buf[:, :, :past], buf[:, :, past:past + n] = old, new
+            buf[:, :, past + n:] = 0
+            padded.append(buf)
+        cached.keys, cached.values = (b[:, :, :past + n] for b in padded)
+        queries = q.new_zeros(1, q.shape[1], rows, q.shape[-1])
+        queries[:, :, :n] = q
+        out = F.scaled_dot_product_attention(queries, *padded, attn_mask=mask, scale=attn.scaling,
+                                             enable_gqa=True)[:, :, :n]
+        h = h + attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return model.lm_head(inner.norm(h[:, -1:]))[0, -1].float()
+
+
+def passes(start: int, stop: int, window: int) -> list[tuple[int, int]]:
+    """The prefill passes of positions ``start`` to ``stop``: split at every multiple of ``window``."""
+    cuts = [start, *range((start // window + 1) * window, stop, window), stop]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def reuse_granularity(model, window: int) -> int:
+    """1 where ``prefill`` computes every position the same whatever position its pass began at, else ``window``
+    (a kept prompt is then reused up to a multiple of it only). Checked on ``model`` as it is (weights, dtype,
+    linear kernels, threads) on this CPU: a random prompt of ``window + 40`` tokens prefilled from the start, and
+    again from a copy of its first keys and values at positions that leave passes of 1-3, 33 and most rows; every
+    key, value and the last logits must be the same bits. Float32 with oneDNN's prepacked linear layers passed on
+    an AVX2 AMD EPYC; torch's own float32 products did not (the BLAS picks its kernel by the number of rows)."""
+    rng = random.Random(0)
+    ids = [rng.randrange(model.config.vocab_size) for _ in range(window + 40)]
+
+    def run(cache, start):
+        logits = None
+        for a, b in passes(start, len(ids), window):
+            logits = prefill(model, cache, ids[a:b], window)
+        return logits
+
+    with torch.inference_mode():
+        reference = empty_cache(model)
+        logits = run(reference, 0)
+        for start in (window + 39, window + 38, window + 37, window + 7, 29):
+            cache = DynamicCache([(layer.keys[:, :, :start].clone(), layer.values[:, :, :start].clone())
+                                  for layer in reference.layers])
+            if not torch.equal(run(cache, start), logits) or not all(
+                    torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+                    for a, b in zip(cache.layers, reference.layers)):
+                return window
+    return 1
 
 
 class StepBatcher:

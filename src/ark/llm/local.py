@@ -49,17 +49,18 @@ if TYPE_CHECKING:
 DEFAULT_MAX_TOKENS = 512
 
 
-# The prompt is prefilled in chunks at fixed positions (multiples of this), and a cached prefix is reused up to
-# such a position only: the keys and values at a position are then computed by the same chunk, whatever the
-# earlier requests were, and the replies are the same with and without the prefix cache (in bfloat16 a prefill
-# split elsewhere differs in the last bits, which changes a sampled token now and then). 256: prefill in chunks of
+# The prompt is prefilled in passes that end at multiples of this (or at the prompt's end), and a kept prompt is
+# reused up to such a multiple, or, where ``batching.reuse_granularity`` finds that a pass's rows do not depend on
+# where it began, up to any position: the keys and values at a position are then the same whatever the earlier
+# requests were, and the replies are the same with and without the prefix cache (in bfloat16 a prefill split
+# elsewhere differs in the last bits, which changes a sampled token now and then). 256: prefill in chunks of
 # 128 ran at half the speed of a whole prompt in bfloat16 with AMX, in chunks of 256 at 70 %, in float32 at 97 %.
 PREFILL_CHUNK = 256
 
 
 class Chunk:
-    """One ``PREFILL_CHUNK`` of prompt tokens in the prefix tree: its keys and values at every layer (copies, never
-    written), the chunks that have followed it, and when it was last used."""
+    """One ``PREFILL_CHUNK`` of prompt tokens in the prefix tree, or fewer (a prompt's last, a leaf): its keys and
+    values at every layer (copies, never written), the chunks that have followed it, and when it was last used."""
 
     __slots__ = ("parent", "tokens", "kv", "children", "used")
 
@@ -71,54 +72,72 @@ class PrefixCache:
     """The key/values of recent prompts as a tree of ``PREFILL_CHUNK``-token chunks: a chunk is stored once
     however many prompts start with it (the agents' shared system prompt and tool schemas, a conversation's
     earlier turns). An agent's next step sends the conversation so far again: its prompt starts with chunks the
-    tree holds, and only the rest is prefilled. Bounded by ``max_tokens`` (a number, or a function read at every
-    ``put``; SmolLM2: 23 KB a token in bfloat16, 46 KB in float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls
-    it under its model lock."""
+    tree holds, and only the rest is prefilled. ``any_position``: a prompt is kept whole (its last chunk short)
+    and reused up to any position, part of a chunk included; else up to whole chunks only. Bounded by
+    ``max_tokens`` (a number, or a function read at every ``put``; SmolLM2: 23 KB a token in bfloat16, 46 KB in
+    float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls it under its
+    model lock."""
 
-    def __init__(self, max_tokens: int | Callable[[], int] = 65536):
+    def __init__(self, max_tokens: int | Callable[[], int] = 65536, any_position: bool = False):
         self.bound = max_tokens if callable(max_tokens) else (lambda: max_tokens)  # read at every put
+        self.any_position = any_position
         self.root = Chunk(None, (), [], 0)
-        self.chunks = 0
+        self.tokens = 0
         self._clock = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.chunks * PREFILL_CHUNK
 
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
 
     def longest_prefix(self, ids: list[int]) -> tuple[DynamicCache | None, int]:
-        """(a new cache holding ``ids[:n]``, n): the chunks the tree holds from the start of ``ids``, short of
+        """(a new cache holding ``ids[:n]``, n): what the tree holds from the start of ``ids``, short of
         ``len(ids)`` (a token is left to feed). The cache is a copy: chunks are never written."""
-        path, node = [], self.root
-        for start in range(0, (len(ids) - 1) // PREFILL_CHUNK * PREFILL_CHUNK, PREFILL_CHUNK):
-            node = node.children.get(tuple(ids[start:start + PREFILL_CHUNK]))
-            if node is None:
+        path, node, n, limit = [], self.root, 0, len(ids) - 1
+        while n < limit:
+            want = tuple(ids[n:min(n + PREFILL_CHUNK, limit)])
+            child = node.children.get(want) if len(want) == PREFILL_CHUNK else None
+            take = PREFILL_CHUNK
+            if child is None and self.any_position:  # the child that shares the most of what comes next
+                take, child = max(((common(c.tokens, want), c) for c in node.children.values()),
+                                  key=lambda tc: tc[0], default=(0, None))
+            if child is None or take == 0:
                 break
-            node.used = self._tick()
-            path.append(node)
+            child.used = self._tick()
+            path.append((child, take))
+            n, node = n + take, child
+            if take < PREFILL_CHUNK:
+                break
         if not path:
             return None, 0
-        layers = zip(*(chunk.kv for chunk in path))
-        return (DynamicCache([(torch.cat([k for k, _ in kv], -2), torch.cat([v for _, v in kv], -2))
-                              for kv in layers]), len(path) * PREFILL_CHUNK)
+        layers = zip(*([(k[..., :take, :], v[..., :take, :]) for k, v in chunk.kv] for chunk, take in path))
+        return DynamicCache([(torch.cat([k for k, _ in kv], -2), torch.cat([v for _, v in kv], -2))
+                             for kv in layers]), n
+
+    def kept(self, prompt: list[int]) -> list[int]:
+        """What of ``prompt`` the tree keeps: all of it where it is reused up to any position, else its whole
+        chunks."""
+        return prompt if self.any_position else prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK]
 
     def put(self, key: list[int], cache: DynamicCache) -> None:
-        """Keep the chunks of ``key`` (a multiple of the chunk) that the tree lacks; ``cache`` holds their
-        keys and values at its first ``len(key)`` positions."""
+        """Keep the chunks of ``key`` (``kept(prompt)``) that the tree lacks; ``cache`` holds their keys and values
+        at its first ``len(key)`` positions. A short last chunk is kept unless a chunk the tree holds starts with
+        it; a whole chunk replaces the short ones it starts with."""
         node, layers = self.root, None
-        for start in range(0, len(key) // PREFILL_CHUNK * PREFILL_CHUNK, PREFILL_CHUNK):
+        for start in range(0, len(key), PREFILL_CHUNK):
             tokens = tuple(key[start:start + PREFILL_CHUNK])
             child = node.children.get(tokens)
+            if child is None and len(tokens) < PREFILL_CHUNK:
+                child = next((c for c in node.children.values() if c.tokens[:len(tokens)] == tokens), None)
             if child is None:
+                for short in [c for c in node.children.values() if tokens[:len(c.tokens)] == c.tokens]:
+                    del node.children[short.tokens]  # a leaf: only a whole chunk has children
+                    self.tokens -= len(short.tokens)
                 layers = layers if layers is not None else [(k, v) for k, v, *_ in cache]
-                end = start + PREFILL_CHUNK
+                end = start + len(tokens)
                 child = Chunk(node, tokens, [(k[..., start:end, :].clone(), v[..., start:end, :].clone())
                                              for k, v in layers], 0)
                 node.children[tokens] = child
-                self.chunks += 1
+                self.tokens += len(tokens)
             child.used = self._tick()
             node = child
         self.shrink(self.bound())
@@ -134,9 +153,19 @@ class PrefixCache:
                     leaves.append(node)
             for leaf in sorted(leaves, key=lambda c: c.used):
                 del leaf.parent.children[leaf.tokens]
-                self.chunks -= 1
+                self.tokens -= len(leaf.tokens)
                 if self.tokens <= max(max_tokens, 0):
                     break
+
+
+def common(a: tuple, b: tuple) -> int:
+    """How many tokens ``a`` and ``b`` share from their starts."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 # The share of the key/value budget that the requests being computed may reserve; the rest is the kept prompts'
@@ -273,9 +302,12 @@ class LocalChatModel:
         self.constrained, self.name = constrained, name
         # what determines the replies to a request (the response cache keys a local endpoint by it): chunking and
         # threads change bfloat16 replies, the rows of a decoding step float32 ones
+        # a prompt's passes: ark.llm.batching's (keys padded to the chunk's end) for a Llama, else transformers'
+        self.own_prefill = batching.supports(self.model)
         self.identity = {**weights, "dtype": str(model.dtype).removeprefix("torch."), "constrained": constrained,
                          "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
-                         "decode_rows": decode_rows, "linear": linear}
+                         "decode_rows": decode_rows, "linear": linear,
+                         "prefill": "padded to the chunk" if self.own_prefill else "transformers"}
         if decode_rows > 1:  # which attention computed the batched steps (one request at a time: the model's own)
             self.identity["attention"] = f"compiled {attention_source()}" if kernel is not None else "torch"
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
@@ -293,7 +325,13 @@ class LocalChatModel:
                              f"key/values; the context window is {self.context_window} ({least:.0f} MB at least, "
                              f"{str(self.model.dtype).removeprefix('torch.')})")
         # the kept prompts get what the requests in flight leave, read whenever a prompt is kept
-        self.prefix_cache = PrefixCache(lambda: self.kv.tokens - self.kv.reserved) if prefix_cache else None
+        any_position = (prefix_cache and self.own_prefill
+                        and batching.reuse_granularity(self.model, PREFILL_CHUNK) == 1)
+        if prefix_cache:
+            logging.getLogger(__name__).info("kept prompts reused up to %s", "any position" if any_position else
+                                             f"multiples of {PREFILL_CHUNK} tokens (batching.reuse_granularity)")
+        self.prefix_cache = (PrefixCache(lambda: self.kv.tokens - self.kv.reserved, any_position)
+                             if prefix_cache else None)
         self._lock = threading.Lock()
         self._calls = 0
         # decode_rows > 1: the lock is held per forward pass, not per request
@@ -357,11 +395,22 @@ class LocalChatModel:
         # without a batcher the whole request holds the lock (``generate``); with one, each forward pass does
         locked = self._lock if batcher is not None else contextlib.nullcontext()
 
-        def forward(ids: list[int]) -> torch.Tensor:
+        def forward(ids: list[int], of_prompt: bool = False) -> torch.Tensor:
+            """The logits after ``ids``: by passes that end at multiples of ``PREFILL_CHUNK`` (a prompt's, which
+            may be kept: ``of_prompt``; more than one token), else by the model's own pass (a reply token's)."""
             nonlocal cache
-            out = self.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True, logits_to_keep=1)
-            cache = out.past_key_values
-            return out.logits[0, -1].float()
+            if cache is not None and len(ids) == 1 and not of_prompt:
+                return self._pass(ids, cache)
+            if cache is None:
+                cache = batching.empty_cache(self.model) if self.own_prefill else DynamicCache()
+            past = cache.get_seq_length()
+            for start, end in batching.passes(past, past + len(ids), PREFILL_CHUNK):
+                if self.kv.stopping:
+                    raise HTTPError(503, "the server is stopping")
+                part = ids[start - past:end - past]
+                logits = (batching.prefill(self.model, cache, part, PREFILL_CHUNK) if self.own_prefill
+                          else self._pass(part, cache))
+            return logits
 
         def step(ids: list[int]) -> torch.Tensor:
             nonlocal cache, entered
@@ -378,15 +427,11 @@ class LocalChatModel:
                 if self.prefix_cache is not None:  # the kept prompts get what the requests in flight leave
                     self.prefix_cache.shrink(self.prefix_cache.bound())
                 cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
-                for start in range(done, len(ids), PREFILL_CHUNK):
-                    if self.kv.stopping:
-                        raise HTTPError(503, "the server is stopping")
-                    logits = forward(ids[start:start + PREFILL_CHUNK])
+                logits = forward(ids[done:], of_prompt=True)
                 # kept now as well as after the reply, so that requests arriving meanwhile reuse it (the queries in
                 # flight start together, and their first prompts share the system prompt and tool schemas)
-                aligned = len(ids) // PREFILL_CHUNK * PREFILL_CHUNK
-                if self.prefix_cache is not None and aligned > done:
-                    self.prefix_cache.put(ids[:aligned], cache)
+                if self.prefix_cache is not None and len(self.prefix_cache.kept(ids)) > done:
+                    self.prefix_cache.put(self.prefix_cache.kept(ids), cache)
             if batcher is not None:
                 batcher.enter()
                 entered = True
@@ -396,7 +441,7 @@ class LocalChatModel:
             if self.prefix_cache is not None and cache is not None:
                 with locked:
                     batching.hand_back(cache)
-                    self.prefix_cache.put(prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK], cache)
+                    self.prefix_cache.put(self.prefix_cache.kept(prompt), cache)
 
         def release() -> None:
             nonlocal entered
@@ -405,6 +450,13 @@ class LocalChatModel:
                 entered = False
 
         return step, keep, release
+
+    def _pass(self, ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
+        """The logits after ``ids`` by transformers' forward pass (``cache`` extended in place)."""
+        out = self.model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        if cache is not None and out.past_key_values is not cache:
+            raise RuntimeError("the model's forward pass did not extend the cache it was given")
+        return out.logits[0, -1].float()
 
     # ------------------------------------------------------------------ the callback
     def generate(self, request: dict) -> dict:
