@@ -4,7 +4,8 @@ A decoding step of ``decode_rows`` rows (``ark.llm.batching.decode_rows``) atten
 cache: one ``scaled_dot_product_attention`` call per row and layer (240 a step for 8 rows of SmolLM2-135M). The
 alternatives measured here: the rows' caches in one pool, padded to a common length (a multiple of ``--block``
 positions) and masked, all rows of a layer in one torch call; and the project's own kernel (``ark.llm.attention``,
-float32), one call a layer over each row's own length. For each form: the attention time of
+float32), one call a layer over each row's own length, and the same kernel with the rows' first ``--shared``
+positions one piece that every row reads in place (a kept system prompt). For each form: the attention time of
 one whole step (every layer, each layer's cache its own memory, so nothing stays in the CPU's caches from one layer
 to the next), the same with torch's threads set to one, the key/value bytes it reads and the rate that makes; and
 whether a row's result in the pooled call depends on the other rows (the same row alone, beside 2 rows of the same
@@ -46,6 +47,7 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[1500, 1620, 1700, 1750, 1830, 1900, 1960, 2000],
                    help="the cached positions of each row (agent steps of a Table 5 run hold ~1,500-2,000)")
     p.add_argument("--block", type=int, default=512, help="the pool pads each row to a multiple of this")
+    p.add_argument("--shared", type=int, default=1280, help="positions that the rows share (the kernel's second form)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", type=Path)
@@ -83,18 +85,34 @@ def main() -> None:
 
     def own_kernel():
         for keys, values in buffers:
-            kernel(q_rows, new[0], new[1], keys, values, before, scale)
+            kernel(q_rows, new[0], new[1], keys, values, [1] * rows, before, scale)
+
+    # the rows' first --shared positions one piece that every row reads in place (a system prompt kept once), the
+    # rest each row's own
+    shared = [([keys[0, :, :args.shared]] + [keys[i, :, args.shared:] for i in range(rows)],
+               [values[0, :, :args.shared]] + [values[i, :, args.shared:] for i in range(rows)])
+              for keys, values in pools]
+    after = [n - 1 - args.shared for n in lengths]
+
+    def shared_kernel():
+        for keys, values in shared:
+            pieces_k = [p for i in range(rows) for p in (keys[0], keys[1 + i])]
+            pieces_v = [p for i in range(rows) for p in (values[0], values[1 + i])]
+            kernel(q_rows, new[0], new[1], pieces_k, pieces_v, [2] * rows, after, scale)
 
     per_position = 2 * kv_heads * dim * dtype.itemsize * layers
+    sharing = f"ark.llm.attention's kernel, the first {args.shared} positions shared"
     read = {"one call per row": sum(lengths) * per_position, "one pooled call": rows * padded * per_position,
-            "ark.llm.attention's kernel": sum(lengths) * per_position}
+            "ark.llm.attention's kernel": sum(lengths) * per_position,
+            sharing: (args.shared + sum(n - args.shared for n in lengths)) * per_position}
     lines = [json.dumps(machine()),
              f"{config.model_type}: {layers} layers, {heads} query heads, {kv_heads} key/value heads of {dim}; "
              f"{args.dtype}; {rows} rows of {min(lengths)}-{max(lengths)} positions, the pool padded to {padded}"]
     threads = torch.get_num_threads()
     with torch.inference_mode():
         forms = [("one call per row", per_row), ("one pooled call", pooled)]
-        forms += [("ark.llm.attention's kernel", own_kernel)] if kernel is not None and dtype == torch.float32 else []
+        if kernel is not None and dtype == torch.float32:
+            forms += [("ark.llm.attention's kernel", own_kernel), (sharing, shared_kernel)]
         for name, fn in forms:
             ms = best_ms(fn, args.repeats)
             torch.set_num_threads(1)

@@ -3,8 +3,8 @@
 Replays the requests of a published embedded run (``embedded_throughput.workload``: every agent step's request as
 ``LLMClient`` sends it) through ``LocalChatModel.generate`` from ``--concurrency`` threads, once per setting
 ``ROWS:CONCURRENCY`` (rows of a decoding step : requests in flight; ``1:1`` is one request at a time), each on a
-freshly loaded model, and prints per setting: wall seconds, seconds in prefill forward passes (and other whole-model
-passes: a grammar's forced tokens), seconds in batched steps, the steps' mean rows used, and whether every reply
+freshly loaded model, and prints per setting: wall seconds, seconds in prefill passes (and other passes of
+several tokens: a grammar's forced tokens), seconds in batched steps, the steps' mean rows used, and whether every reply
 equals that of the first setting::
 
     python benchmarks/embedded_batched_steps.py --records results/runs/evaluate/student-synthetic/*/records.jsonl \\
@@ -44,7 +44,7 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
     model = LocalChatModel(adapter=adapter, constrained=constrained, cache_dir="~/.cache/ark/models",
                            decode_rows=rows, attention=attention)
     spent = {"whole": 0.0, "batched": 0.0}
-    forward, decode_rows = model.model.forward, batching.decode_rows
+    prefill, decode_rows = batching.prefill, batching.decode_rows
 
     def timed(fn, key):
         def wrapper(*args, **kwargs):
@@ -55,7 +55,7 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
                 spent[key] += time.perf_counter() - t
         return wrapper
 
-    model.model.forward, batching.decode_rows = timed(forward, "whole"), timed(decode_rows, "batched")
+    batching.prefill, batching.decode_rows = timed(prefill, "whole"), timed(decode_rows, "batched")
     replies, todo, lock = [None] * len(requests), iter(range(len(requests))), threading.Lock()
 
     def worker():
@@ -73,7 +73,7 @@ def run(requests: list[dict], rows: int, concurrency: int, adapter: str | None, 
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    batching.decode_rows = decode_rows
+    batching.prefill, batching.decode_rows = prefill, decode_rows
     b = model.batcher
     return {"rows": rows, "concurrency": concurrency, "attention": model.identity.get("attention", "-"),
             "wall_s": round(wall, 1),
@@ -94,17 +94,25 @@ def kernel(dtype: str, linear: str, profile: bool, attention: str) -> None:
     print(f"attention of a batched step: {attention}")
     torch.manual_seed(0)
 
-    def copy(cache):
-        return DynamicCache([(k.clone(), v.clone()) for k, v, *_ in cache])
+    def copy(kv):
+        return batching.RequestKV(model, [[pair] for pair in kv.positions(0, kv.length)], room=16, share=False)
+
+    def transformers_cache(kv):
+        return DynamicCache([(k[None], v[None]) for k, v in kv.positions(0, kv.length)])
 
     def one(cache, token):
         out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1].float()
 
+    def prefilled(n):
+        ids, kv = torch.randint(100, 40000, (n,)).tolist(), batching.RequestKV(model, room=n)
+        for a, b in batching.passes(0, n, 256):
+            batching.prefill(model, kv, ids[a:b], 256)
+        return kv
+
     with torch.inference_mode():
-        prompts = [model(input_ids=torch.randint(100, 40000, (1, n)), use_cache=True).past_key_values
-                   for n in (1500, 2100, 900, 2500, 1200, 1800, 3000, 700)]
-        caches = [copy(c) for c in prompts[:4]]
+        prompts = [prefilled(n) for n in (1500, 2100, 900, 2500, 1200, 1800, 3000, 700)]
+        caches = [transformers_cache(c) for c in prompts[:4]]
         t = time.perf_counter()
         for _ in range(10):
             for c in caches:
@@ -130,7 +138,7 @@ def kernel(dtype: str, linear: str, profile: bool, attention: str) -> None:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
         single = batching.decode_rows(model, [copy(prompts[0])], [555], 4, attend)[0]
         shared = batching.decode_rows(model, [copy(c) for c in prompts[:4]], [555, 7, 8, 9], 4, attend)[0]
-        own = one(copy(prompts[0]), 555)
+        own = one(transformers_cache(prompts[0]), 555)
         print(f"a row alone equals the row beside 3 others: {torch.equal(single, shared)}; against the model's own "
               f"pass: max |difference| {(own - single).abs().max().item():.3g}, same argmax "
               f"{int(own.argmax()) == int(single.argmax())}")

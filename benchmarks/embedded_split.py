@@ -12,7 +12,7 @@ sampling of one request can run beside another's pass, so ``rest`` is at least w
 - ``prefill``: a request's first forward passes, over the prompt tokens the prefix cache did not hold (and the
   grammar's forced tokens that open a call);
 - ``forced``: later passes of several tokens at once (the grammar's forced tokens, and the sampled token before them);
-- ``single``: passes of one token when decoding steps are not batched (``decode_rows`` 1);
+- ``single``: steps of one token when decoding steps are not batched (``decode_rows`` 1);
 - ``batched``: the shared decoding steps of ``ark.llm.batching`` (with the rows they used);
 - ``grammar``: the allowed-token mask and the shortest closing of a call (``ark.llm.decoding``); ``sampling``;
 - ``prefix_cache``: finding and copying a cached prefix, and keeping a request's cache;
@@ -109,8 +109,8 @@ def attached(split: Split):
         wrapped.append((self.model, self.model.__dict__.get("forward")))
         self.model.forward = split.timed(lambda: split.phase.name, self.model.forward, tokens)
 
-    def timed_stepper(self):
-        step, keep, release = stepper(self)
+    def timed_stepper(self, *args):
+        step, keep, release = stepper(self, *args)
         first = [True]
 
         def phased_step(ids):
@@ -126,7 +126,11 @@ def attached(split: Split):
         return found
 
     LocalChatModel._setup, LocalChatModel._stepper = timed_setup, timed_stepper
-    batching.decode_rows = split.timed("batched", batching.decode_rows, lambda model, caches, *a: len(caches))
+    rows_of = lambda model, kvs, *a: len(kvs)  # noqa: E731
+    single, batched = (split.timed(part, batching.decode_rows, rows_of) for part in ("single", "batched"))
+    # a step of one row: a request's own (no batcher: ``decode_rows`` 1); the batcher's steps have two rows or more
+    batching.decode_rows = lambda model, kvs, tokens, rows, *a: (single if rows == 1 else batched)(model, kvs, tokens,
+                                                                                               rows, *a)
     batching.prefill = split.timed(lambda: getattr(split.phase, "name", None), batching.prefill,
                                    lambda model, cache, ids, *a: len(ids))
     decoding.allowed_logits = split.timed("grammar", decoding.allowed_logits)

@@ -14,7 +14,7 @@ import ark.llm.attention as attention_module
 from ark.errors import UserError
 from ark.llm import batching
 from ark.llm.local import LocalChatModel
-from tests.test_batching import copy, prefilled
+from tests.test_batching import as_transformers_cache, copy, prefilled
 from tests.test_local_speed import tiny  # noqa: F401  (fixture)
 
 
@@ -31,8 +31,8 @@ def kernel():
 
 
 class Rows:
-    """Rows of a decoding step as the kernel takes them: each row's buffers (room to spare, ``row_buffers``), its
-    length, and its new position's query, key and value. ``call`` runs the kernel on copies of the buffers."""
+    """Rows of a decoding step as the kernel takes them: each row's own buffers (room to spare, one piece a row),
+    its length, and its new position's query, key and value. ``call`` runs the kernel on copies of the buffers."""
 
     def __init__(self, lengths, heads=9, kv_heads=3, dim=64, seed=0):
         g = torch.Generator().manual_seed(seed)
@@ -50,7 +50,8 @@ class Rows:
 
     def call(self, kernel):
         keys, values = [k.clone() for k in self.keys], [v.clone() for v in self.values]
-        return kernel(self.q, self.k_new, self.v_new, keys, values, self.lengths, self.scale), keys, values
+        ones = [1] * len(self.lengths)
+        return kernel(self.q, self.k_new, self.v_new, keys, values, ones, self.lengths, self.scale), keys, values
 
 
 @pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (4, 2, 12), (2, 2, 8)])
@@ -88,27 +89,47 @@ def test_a_rows_result_does_not_depend_on_the_other_rows_or_the_threads(kernel):
     assert torch.equal(full, one_thread)
 
 
+def test_a_row_read_from_shared_pieces_gets_the_bits_it_gets_from_one_buffer(kernel):
+    rows = Rows([700, 1500, 40])
+    whole, keys, values = rows.call(kernel)
+    cuts = [(0, 256, 512, 600), (0, 256), (0, 3, 17)]  # shared pieces, then the own buffer from the last cut on
+    pieces_k, pieces_v, counts, owns = [], [], [], []
+    for r, at in enumerate(cuts):
+        for buf, out in ((rows.keys[r], pieces_k), (rows.values[r], pieces_v)):
+            out += [buf[:, a:b] for a, b in zip(at, at[1:])] + [buf[:, at[-1]:].clone()]
+        counts.append(len(at))
+        owns.append(rows.lengths[r] - at[-1])
+    got = kernel(rows.q, rows.k_new, rows.v_new, pieces_k, pieces_v, counts, owns, rows.scale)
+    assert torch.equal(got, whole)
+    own = [sum(counts[:r + 1]) - 1 for r in range(3)]
+    assert all(torch.equal(pieces_k[own[r]][:, owns[r]], rows.k_new[r]) for r in range(3))  # written in its own
+
+
 def test_the_kernel_refuses_what_it_cannot_compute(kernel):
     rows = Rows([10])
     with pytest.raises(RuntimeError, match="multiple of key/value heads"):
-        kernel(torch.randn(1, 4, 64), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
+        kernel(torch.randn(1, 4, 64), rows.k_new, rows.v_new, rows.keys, rows.values, [1], rows.lengths, 0.125)
     with pytest.raises(RuntimeError, match="float32"):
-        kernel(rows.q.bfloat16(), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
+        kernel(rows.q.bfloat16(), rows.k_new, rows.v_new, rows.keys, rows.values, [1], rows.lengths, 0.125)
+    with pytest.raises(RuntimeError, match="one count and length a row"):
+        kernel(torch.randn(2, 9, 64), rows.k_new, rows.v_new, rows.keys, rows.values, [1], rows.lengths, 0.125)
     with pytest.raises(RuntimeError, match="one key and value cache a row"):
-        kernel(torch.randn(2, 9, 64), rows.k_new, rows.v_new, rows.keys, rows.values, rows.lengths, 0.125)
+        kernel(rows.q, rows.k_new, rows.v_new, rows.keys, rows.values, [2], rows.lengths, 0.125)
     with pytest.raises(RuntimeError, match="no room for the new position"):
-        kernel(rows.q, rows.k_new, rows.v_new, rows.keys, rows.values, [15], 0.125)
+        kernel(rows.q, rows.k_new, rows.v_new, rows.keys, rows.values, [1], [15], 0.125)
 
 
 def test_a_batched_step_with_the_kernel_computes_the_models_step_and_keeps_rows_apart(tiny, kernel):
     if tiny.dtype != torch.float32:
         pytest.skip("the kernel is float32 only")
-    cached = [prefilled(tiny, n, seed) for seed, n in enumerate((9, 40, 300))]
+    kvs = [prefilled(tiny, n, seed) for seed, n in enumerate((9, 40, 300))]
     with torch.inference_mode():
-        batched = batching.decode_rows(tiny, [copy(c) for c in cached], [21, 22, 23], rows=4, attention=kernel)
-        alone = batching.decode_rows(tiny, [copy(cached[1])], [22], rows=4, attention=kernel)
-        for i, (cache, token) in enumerate(zip(cached, (21, 22, 23))):
-            own = tiny(input_ids=torch.tensor([[token]]), past_key_values=copy(cache), use_cache=True).logits[0, -1]
+        batched = batching.decode_rows(tiny, [copy(tiny, c, share=True) for c in kvs], [21, 22, 23], rows=4,
+                                       attention=kernel)
+        alone = batching.decode_rows(tiny, [copy(tiny, kvs[1])], [22], rows=4, attention=kernel)
+        for i, (kv, token) in enumerate(zip(kvs, (21, 22, 23))):
+            own = tiny(input_ids=torch.tensor([[token]]), past_key_values=as_transformers_cache(kv),
+                       use_cache=True).logits[0, -1]
             torch.testing.assert_close(batched[i], own.float(), atol=1e-5, rtol=1e-5)
     assert torch.equal(batched[1], alone[0])
 
@@ -153,31 +174,32 @@ def test_the_identity_names_the_attention_and_a_failed_build_stops_the_model_in_
         attention_module.compiled.cache_clear()
 
 
-def test_row_buffers_grow_and_follow_a_whole_model_pass_over_many_steps(tiny, kernel):
-    """70 steps (past a buffer's ``GROW``), one row fed tokens by two whole-model passes in a row halfway (as a
-    grammar's sampled and forced tokens are): every step's logits are the model's own, and the other row's are those
-    it gets alone."""
+def test_steps_and_passes_over_shared_pieces_are_those_over_own_buffers(tiny, kernel):
+    """70 steps (past the own buffers' room), one row fed tokens by two passes in a row halfway (as a grammar's
+    sampled and forced tokens are): a row that reads its prompt from shared pieces gets the bits of one that copied
+    it, every step's logits are the model's own, and the other row's are those it gets alone."""
     if tiny.dtype != torch.float32:
         pytest.skip("the kernel is float32 only")
     start = [prefilled(tiny, n, seed) for seed, n in enumerate((20, 45))]
-    batched, alone, own = [copy(c) for c in start], copy(start[1]), [copy(c) for c in start]
+    shared, copied = [copy(tiny, c, share=True) for c in start], [copy(tiny, c) for c in start]
+    alone, own = copy(tiny, start[1]), [as_transformers_cache(c) for c in start]
     with torch.inference_mode():
         for step in range(70):
-            if step == 35:  # row 0 gets tokens in two passes of its own in a row (a grammar's sampled then forced
-                for ids in ([7, 8], [9, 10, 11]):  # tokens), on both sides
-                    batching.hand_back(batched[0])
-                    tiny(input_ids=torch.tensor([ids]), past_key_values=batched[0], use_cache=True)
+            if step == 35:
+                for ids in ([7, 8], [9, 10, 11]):
+                    for kv in (shared[0], copied[0]):
+                        batching.prefill(tiny, kv, ids, 256)
                     tiny(input_ids=torch.tensor([ids]), past_key_values=own[0], use_cache=True)
             tokens = [100 + step, 200 + step]
-            got = batching.decode_rows(tiny, batched, tokens, rows=2, attention=kernel)
+            got = batching.decode_rows(tiny, shared, tokens, rows=2, attention=kernel)
+            assert torch.equal(got, batching.decode_rows(tiny, copied, tokens, rows=2, attention=kernel))
             lone = batching.decode_rows(tiny, [alone], tokens[1:], rows=2, attention=kernel)
             assert torch.equal(got[1], lone[0])
             for i in range(2):
                 want = tiny(input_ids=torch.tensor([[tokens[i]]]), past_key_values=own[i], use_cache=True).logits[0, -1]
                 torch.testing.assert_close(got[i], want.float(), atol=1e-4, rtol=1e-4)
-    batching.hand_back(batched[0])
-    assert batched[0].get_seq_length() == own[0].get_seq_length() == 20 + 70 + 5
-    torch.testing.assert_close(batched[0].layers[1].keys, own[0].layers[1].keys, atol=1e-5, rtol=1e-5)
+    assert shared[0].length == own[0].get_seq_length() == 20 + 70 + 5 and shared[0].base == 20
+    torch.testing.assert_close(shared[0].positions(0, 95)[1][0], own[0].layers[1].keys[0], atol=1e-5, rtol=1e-5)
 
 
 def test_the_build_runs_the_locked_ninja_whatever_comes_first_on_path(monkeypatch, tmp_path):

@@ -15,32 +15,42 @@ from tests.test_local_speed import QUESTIONS, conversations, small_chunks, tiny,
 pytestmark = pytest.mark.e2e  # whole module: see pyproject's e2e marker
 
 
-def prefilled(model, n: int, seed: int) -> DynamicCache:
-    ids = torch.randint(5, model.config.vocab_size, (1, n), generator=torch.Generator().manual_seed(seed))
+def prefilled(model, n: int, seed: int, room: int = 8) -> batching.RequestKV:
+    """A request's keys and values after a random prompt of ``n`` tokens, with room for ``room`` more."""
+    ids = torch.randint(5, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+    kv = batching.RequestKV(model, room=n + room)
     with torch.inference_mode():
-        return model(input_ids=ids, use_cache=True).past_key_values
+        for a, b in batching.passes(0, n, 256):
+            batching.prefill(model, kv, ids[a:b], 256)
+    return kv
 
 
-def copy(cache: DynamicCache) -> DynamicCache:
-    return DynamicCache([(k.clone(), v.clone()) for k, v, *_ in cache])
+def copy(model, kv: batching.RequestKV, share: bool = False, room: int = 8) -> batching.RequestKV:
+    """A copy of ``kv``: its positions one shared piece (``share``), or its own buffers'."""
+    return batching.RequestKV(model, [[pair] for pair in kv.positions(0, kv.length)], room=room, share=share)
+
+
+def as_transformers_cache(kv: batching.RequestKV) -> DynamicCache:
+    return DynamicCache([(k[None], v[None]) for k, v in kv.positions(0, kv.length)])
 
 
 def test_a_row_does_not_depend_on_the_other_rows(tiny):
-    caches = [prefilled(tiny, n, seed) for seed, n in enumerate((7, 30, 12, 50))]
+    kvs = [prefilled(tiny, n, seed) for seed, n in enumerate((7, 30, 12, 50))]
     with torch.inference_mode():
-        alone = batching.decode_rows(tiny, [copy(caches[0])], [11], rows=4)
-        together = batching.decode_rows(tiny, [copy(c) for c in caches], [11, 12, 13, 14], rows=4)
-        others = batching.decode_rows(tiny, [copy(c) for c in caches[:1] + caches[2:]], [11, 99, 98], rows=4)
+        alone = batching.decode_rows(tiny, [copy(tiny, kvs[0])], [11], rows=4)
+        together = batching.decode_rows(tiny, [copy(tiny, c) for c in kvs], [11, 12, 13, 14], rows=4)
+        others = batching.decode_rows(tiny, [copy(tiny, c) for c in kvs[:1] + kvs[2:]], [11, 99, 98], rows=4)
     assert torch.equal(alone[0], together[0]) and torch.equal(alone[0], others[0])
     assert together.shape == (4, tiny.config.vocab_size) and together.dtype == torch.float32
 
 
 def test_a_batched_step_computes_what_the_model_computes(tiny):
-    caches = [prefilled(tiny, n, seed) for seed, n in enumerate((9, 40))]
+    kvs = [prefilled(tiny, n, seed) for seed, n in enumerate((9, 40))]
     with torch.inference_mode():
-        batched = batching.decode_rows(tiny, [copy(c) for c in caches], [21, 22], rows=3)
-        for i, (cache, token) in enumerate(zip(caches, (21, 22))):
-            own = tiny(input_ids=torch.tensor([[token]]), past_key_values=copy(cache), use_cache=True).logits[0, -1]
+        batched = batching.decode_rows(tiny, [copy(tiny, c) for c in kvs], [21, 22], rows=3)
+        for i, (kv, token) in enumerate(zip(kvs, (21, 22))):
+            own = tiny(input_ids=torch.tensor([[token]]), past_key_values=as_transformers_cache(kv),
+                       use_cache=True).logits[0, -1]
             tol = 2e-2 if tiny.dtype == torch.bfloat16 else 1e-5
             torch.testing.assert_close(batched[i], own.float(), atol=tol, rtol=tol)
 
@@ -55,20 +65,19 @@ def test_a_rows_attention_is_that_of_enable_gqa(dtype):
     assert torch.equal(batching.attend(q, keys, values, 0.125), want)
 
 
-def test_append_grows_a_layer_in_place_and_follows_a_concatenation(tiny):
-    cache = prefilled(tiny, 10, 0)
-    layer = cache.layers[0]
-    keys0 = layer.keys.clone()
-    new = [torch.randn(1, keys0.shape[1], 1, keys0.shape[-1]).to(keys0.dtype) for _ in range(3)]
-    for k in new:
-        keys, _ = batching.append(layer, k, k)
-    assert torch.equal(keys, torch.cat([keys0, *new], dim=-2))
-    buffer = layer.ark_buffers[0]
-    assert buffer.shape[-2] > keys.shape[-2] and keys.data_ptr() == buffer.data_ptr()
-    layer.update(new[0], new[0])  # a full forward pass concatenates: the buffers are stale
-    keys, _ = batching.append(layer, new[1], new[1])
-    assert torch.equal(keys, torch.cat([keys0, *new, new[0], new[1]], dim=-2))
-    assert layer.ark_buffers[0].data_ptr() != buffer.data_ptr()
+def test_a_request_past_its_room_grows_its_buffers_and_keeps_its_positions(tiny):
+    kv = prefilled(tiny, 10, 0, room=0)
+    before = kv.positions(0, 10)
+    with torch.inference_mode():
+        for token in range(3):
+            batching.decode_rows(tiny, [kv], [token + 5], rows=1)
+    assert kv.length == 13 and kv.keys[0].shape[1] == 11 + batching.GROW
+    assert all(torch.equal(a, b[:, :10]) for pair, now in zip(before, kv.positions(0, 13)) for a, b in zip(pair, now))
+
+
+def test_torch_attention_refuses_shared_pieces(tiny):
+    with pytest.raises(ValueError, match="share=False"):
+        batching.decode_rows(tiny, [copy(tiny, prefilled(tiny, 6, 0), share=True)], [1], rows=1)
 
 
 def test_more_requests_than_rows_is_refused(tiny):

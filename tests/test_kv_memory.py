@@ -6,7 +6,6 @@ import time
 
 import pytest
 import torch
-from transformers import DynamicCache
 
 import ark.llm.local as local_module
 from ark.llm.local import KVBudget, LocalChatModel, PrefixCache
@@ -20,14 +19,17 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(local_module, "PREFILL_CHUNK", C)
 
 
-def cache_of(ids: list[int]) -> DynamicCache:
-    """A one-layer cache whose key and value at a position are the token there (so a lookup can be checked)."""
-    t = torch.tensor(ids, dtype=torch.float32).reshape(1, 1, len(ids), 1)
-    return DynamicCache([(t, t * 10)])
+def cache_of(ids: list[int]):
+    """What ``PrefixCache.put`` reads a request's positions with, for a one-layer model whose key and value at a
+    position are the token there (so a lookup can be checked)."""
+    t = torch.tensor(ids, dtype=torch.float32).reshape(1, len(ids), 1)
+    return lambda start, end: [(t[:, start:end].clone(), t[:, start:end] * 10)]
 
 
-def held(cache: DynamicCache) -> list[int]:
-    (k, v), = [(k, v) for k, v, *_ in cache]
+def held(pieces: list) -> list[int]:
+    """The tokens of a lookup's pieces (one layer)."""
+    (layer,) = pieces
+    k, v = torch.cat([k for k, _ in layer], 1), torch.cat([v for _, v in layer], 1)
     assert torch.equal(v, k * 10)
     return [int(x) for x in k.flatten()]
 
@@ -38,11 +40,11 @@ def test_a_shared_prefix_is_stored_once_and_found_up_to_a_chunk_before_the_end()
     pc.put(preamble + [20, 21, 22, 23], cache_of(preamble + [20, 21, 22, 23, 99]))
     pc.put(preamble + [30, 31, 32, 33], cache_of(preamble + [30, 31, 32, 33]))
     assert pc.tokens == 16  # the preamble's two chunks once, and one chunk for each question
-    cache, n = pc.longest_prefix(preamble + [30, 31, 32, 33, 5])
-    assert n == 12 and held(cache) == preamble + [30, 31, 32, 33]
+    pieces, n, chunks = pc.longest_prefix(preamble + [30, 31, 32, 33, 5])
+    assert n == 12 and held(pieces) == preamble + [30, 31, 32, 33] and len(chunks) == 3
     assert pc.longest_prefix(preamble + [30, 31, 32, 33])[1] == 8  # a token is always left to feed
     assert pc.longest_prefix(preamble[:4] + [7, 7, 7, 7, 7])[1] == 4
-    assert pc.longest_prefix([9] * 20) == (None, 0)
+    assert pc.longest_prefix([9] * 20) == ([], 0, [])
 
 
 def test_reused_up_to_any_position_a_prompt_is_kept_whole_and_found_to_where_it_differs():
@@ -51,8 +53,8 @@ def test_reused_up_to_any_position_a_prompt_is_kept_whole_and_found_to_where_it_
     assert pc.kept(first) == first and PrefixCache().kept(first) == first[:8]
     pc.put(first, cache_of(first))
     assert pc.tokens == 10
-    cache, n = pc.longest_prefix(first[:9] + [50, 51])  # into the short chunk
-    assert n == 9 and held(cache) == first[:9]
+    pieces, n, _ = pc.longest_prefix(first[:9] + [50, 51])  # into the short chunk
+    assert n == 9 and held(pieces) == first[:9]
     assert pc.longest_prefix(first[:6] + [50])[1] == 6  # into a whole chunk
     assert pc.longest_prefix(first)[1] == 9  # a token is always left to feed
     longer = first + [10, 11, 12, 13]  # its third chunk is whole and starts with the short one: it replaces it
@@ -76,21 +78,42 @@ def test_the_tree_drops_least_recently_used_leaves_to_stay_under_its_bound():
     pc.put(c, cache_of(c))
     assert pc.tokens == 12 and pc.longest_prefix(b + [0])[1] == 4 and pc.longest_prefix(a + [0])[1] == 8
     pc.shrink(0)
-    assert pc.tokens == 0 and pc.longest_prefix(a + [0]) == (None, 0)
+    assert pc.tokens == 0 and pc.longest_prefix(a + [0]) == ([], 0, [])
 
 
 def test_a_kept_chunk_is_a_copy_that_later_writes_do_not_reach():
     ids = list(range(8))
-    cache = cache_of(ids)
+    t = torch.tensor(ids, dtype=torch.float32).reshape(1, 8, 1)
     pc = PrefixCache()
-    pc.put(ids, cache)
-    for k, v, *_ in cache:
-        k.zero_()
-    found, n = pc.longest_prefix(ids + [1])
-    assert n == 8 and held(found) == ids
-    for k, v, *_ in found:  # nor do writes to what a lookup returned
-        k.zero_()
-    assert held(pc.longest_prefix(ids + [1])[0]) == ids
+    pc.put(ids, lambda start, end: [(t[:, start:end].clone(), t[:, start:end] * 10)])
+    t.zero_()
+    pieces, n, _ = pc.longest_prefix(ids + [1])
+    assert n == 8 and held(pieces) == ids
+
+
+def test_a_chunk_that_a_request_holds_is_not_dropped_until_it_lets_go():
+    pc = PrefixCache(max_tokens=8)
+    a, b = [0, 1, 2, 3, 10, 11, 12, 13], [0, 1, 2, 3, 20, 21, 22, 23]
+    pc.put(a, cache_of(a))
+    _, n, chunks = pc.longest_prefix(a + [0])
+    PrefixCache.hold(chunks)
+    pc.put(b, cache_of(b))  # over the bound: b's own chunk goes, a's is held
+    assert n == 8 and pc.tokens == 8 and pc.longest_prefix(a + [0])[1] == 8 and pc.longest_prefix(b + [0])[1] == 4
+    pc.shrink(0)  # nothing to drop but held chunks: it stops there
+    assert pc.tokens == 8
+    PrefixCache.hold(chunks, -1)
+    pc.shrink(0)
+    assert pc.tokens == 0
+
+
+def test_a_request_gives_back_what_it_reads_from_the_kept_prompts():
+    budget = KVBudget(160)  # requests may reserve 120
+    with budget.reserve(100) as reservation:
+        reservation.give_back(60)
+        assert budget.reserved == 40
+        with budget.reserve(80):  # fits now
+            assert budget.reserved == 120
+    assert budget.reserved == 0
 
 
 def test_the_budget_makes_a_request_wait_until_the_tokens_fit():

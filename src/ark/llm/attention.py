@@ -6,7 +6,8 @@ values at about half the memory rate of this kind of CPU; one torch call over al
 length, was slower, and gave a row other bits beside other rows (benchmarks/README.md, *batched_attention.py*).
 This kernel is one call per layer: a task per row and key/value head reads that head's keys and values once for
 all the query heads that share it (grouped-query attention), scores every position, takes the softmax and sums the
-values, in an order that depends on that row alone. So a row's result is the same whoever shares its step and
+values, in an order that depends on that row alone. A row's keys and values come in pieces (kept prompt chunks that
+several rows read in place, then the row's own buffer), read in position order: the same arithmetic as one buffer. So a row's result is the same whoever shares its step and
 however many threads run it, which ``decode_rows`` needs (a reply must not depend on which requests met).
 
 It is C++ compiled for the CPU at hand (``-march=native``) on first use with torch's extension builder (a C++
@@ -36,7 +37,30 @@ SOURCE = r"""
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
+
+// e^x for x <= 0 (a score less its row's maximum), elementwise arithmetic the compiler vectorises (std::exp is a
+// library call a score, a third of the kernel's time at 2,000 positions): 2^(x log2 e) split into a power of two and a
+// remainder in [-0.5, 0.5], whose power a degree-6 polynomial gives (within 4.5e-8 of std::exp in softmax weights)
+static inline float exp_nonpositive(float x) {
+  x = x < -87.f ? -87.f : x;  // below, e^x is no longer a normal float
+  const float t = x * 1.44269504088896341f;
+  const float n = (t + 12582912.f) - 12582912.f;  // t rounded to an integer (1.5 * 2^23 drops the fraction)
+  const float r = t - n;
+  float p = 1.535336188319500e-4f;
+  p = p * r + 1.339887440266574e-3f;
+  p = p * r + 9.618437357674640e-3f;
+  p = p * r + 5.550332471162809e-2f;
+  p = p * r + 2.402264791363012e-1f;
+  p = p * r + 6.931472028550421e-1f;
+  p = p * r + 1.0f;
+  const int32_t bits = ((int32_t)n + 127) << 23;
+  float power;
+  std::memcpy(&power, &bits, sizeof power);
+  return p * power;
+}
 
 // q . k over dim: eight partial sums (lanes the compiler keeps in vector registers), added in a fixed order
 static inline float dot(const float* a, const float* b, int64_t dim) {
@@ -48,30 +72,43 @@ static inline float dot(const float* a, const float* b, int64_t dim) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// q: [rows, heads, dim]; k_new, v_new: [rows, kv_heads, dim], each row's new position; keys[r], values[r]:
-// [kv_heads, capacity, dim] buffers (the last dimension contiguous) holding lengths[r] positions. Writes the new
-// position at lengths[r], then attends each row over its lengths[r] + 1 positions.
+// q: [rows, heads, dim]; k_new, v_new: [rows, kv_heads, dim], each row's new position. keys, values: each row's
+// pieces in position order, counts[r] of them for row r: shared ones [kv_heads, n, dim] (all n positions read, never
+// written), then its own buffer [kv_heads, capacity, dim] holding lengths[r] positions (the last dimension of each
+// contiguous). Writes the new position at lengths[r] of the own buffer, then attends each row over all its positions.
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tensor v_new,
                                std::vector<torch::Tensor> keys, std::vector<torch::Tensor> values,
-                               std::vector<int64_t> lengths, double scale) {
+                               std::vector<int64_t> counts, std::vector<int64_t> lengths, double scale) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == torch::kFloat && q.device().is_cpu(),
               "q: [rows, heads, dim] float32");
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
   TORCH_CHECK(rows > 0, "no rows");
-  TORCH_CHECK((int64_t)keys.size() == rows && (int64_t)values.size() == rows && (int64_t)lengths.size() == rows,
-              "one key and value cache a row");
+  TORCH_CHECK((int64_t)counts.size() == rows && (int64_t)lengths.size() == rows, "one count and length a row");
+  TORCH_CHECK(keys.size() == values.size() && !keys.empty(), "as many value pieces as key pieces");
+  std::vector<int64_t> first(rows + 1, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    TORCH_CHECK(counts[r] > 0, "a row has no cache");
+    first[r + 1] = first[r] + counts[r];
+  }
+  TORCH_CHECK(first[rows] == (int64_t)keys.size(), "one key and value cache a row");
   const int64_t kv_heads = keys[0].size(0);
   TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads must be a multiple of key/value heads");
   for (const auto* t : {&k_new, &v_new})
     TORCH_CHECK(t->dim() == 3 && t->is_contiguous() && t->size(0) == rows && t->size(1) == kv_heads
                 && t->size(2) == dim && t->scalar_type() == torch::kFloat && t->device().is_cpu(),
                 "new keys, values: [rows, kv_heads, dim]");
+  std::vector<int64_t> total(rows, 0);
   for (int64_t r = 0; r < rows; ++r) {
-    for (const auto* t : {&keys[r], &values[r]}) {
-      TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
-                  && t->scalar_type() == torch::kFloat && t->device().is_cpu(), "a cache: [kv_heads, capacity, dim] float32");
-      TORCH_CHECK(lengths[r] >= 0 && lengths[r] < t->size(1), "a cache has no room for the new position");
+    for (int64_t i = first[r]; i < first[r + 1]; ++i) {
+      for (const auto* t : {&keys[i], &values[i]})
+        TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
+                    && t->scalar_type() == torch::kFloat && t->device().is_cpu(),
+                    "a cache: [kv_heads, capacity, dim] float32");
+      TORCH_CHECK(keys[i].size(1) == values[i].size(1), "keys and values of a piece differ in length");
+      total[r] += i + 1 < first[r + 1] ? keys[i].size(1) : lengths[r] + 1;
     }
+    TORCH_CHECK(lengths[r] >= 0 && lengths[r] < keys[first[r + 1] - 1].size(1),
+                "a cache has no room for the new position");
   }
   const int64_t group = heads / kv_heads;
   auto out = torch::empty({rows, heads, dim}, q.options());
@@ -80,45 +117,55 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
   const float s = (float)scale;
   const float* KN = k_new.data_ptr<float>();
   const float* VN = v_new.data_ptr<float>();
-  std::vector<float*> kp(rows), vp(rows);
-  std::vector<int64_t> k0(rows), k1(rows), v0(rows), v1(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    kp[r] = keys[r].data_ptr<float>(), vp[r] = values[r].data_ptr<float>();
-    k0[r] = keys[r].stride(0), k1[r] = keys[r].stride(1), v0[r] = values[r].stride(0), v1[r] = values[r].stride(1);
+  const size_t pieces = keys.size();
+  std::vector<float*> kp(pieces), vp(pieces);
+  std::vector<int64_t> k0(pieces), k1(pieces), v0(pieces), v1(pieces), len(pieces);
+  for (size_t i = 0; i < pieces; ++i) {
+    kp[i] = keys[i].data_ptr<float>(), vp[i] = values[i].data_ptr<float>();
+    k0[i] = keys[i].stride(0), k1[i] = keys[i].stride(1), v0[i] = values[i].stride(0), v1[i] = values[i].stride(1);
+    len[i] = keys[i].size(1);
   }
-  pybind11::gil_scoped_release free_python;  // a row's task touches only its own buffers and its rows of out
+  for (int64_t r = 0; r < rows; ++r) len[first[r + 1] - 1] = lengths[r] + 1;
+  pybind11::gil_scoped_release free_python;  // a task touches only its row's own buffer and its rows of out
+  // head-major tasks: the rows that share pieces read them one after another, while they are in the CPU's caches
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, acc(group * dim), total(group);
+    std::vector<float> scores, acc(group * dim), sums(group);
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t r = t / kv_heads, h = t % kv_heads, n = lengths[r] + 1;
-      const int64_t ks = k1[r], vs = v1[r];
-      float* K = kp[r] + h * k0[r];
-      float* V = vp[r] + h * v0[r];
-      std::copy_n(KN + (r * kv_heads + h) * dim, dim, K + lengths[r] * ks);
-      std::copy_n(VN + (r * kv_heads + h) * dim, dim, V + lengths[r] * vs);
+      const int64_t h = t / rows, r = t % rows, n = total[r], own = first[r + 1] - 1;
+      std::copy_n(KN + (r * kv_heads + h) * dim, dim, kp[own] + h * k0[own] + lengths[r] * k1[own]);
+      std::copy_n(VN + (r * kv_heads + h) * dim, dim, vp[own] + h * v0[own] + lengths[r] * v1[own]);
       const float* q0 = Q + (r * heads + h * group) * dim;
       scores.resize(group * n);
-      for (int64_t p = 0; p < n; ++p)
-        for (int64_t g = 0; g < group; ++g) scores[g * n + p] = dot(q0 + g * dim, K + p * ks, dim) * s;
+      int64_t p = 0;
+      for (int64_t i = first[r]; i <= own; ++i) {
+        const float* K = kp[i] + h * k0[i];
+        for (int64_t j = 0; j < len[i]; ++j, ++p)
+          for (int64_t g = 0; g < group; ++g) scores[g * n + p] = dot(q0 + g * dim, K + j * k1[i], dim) * s;
+      }
       for (int64_t g = 0; g < group; ++g) {
         float* w = scores.data() + g * n;
         float top = -INFINITY, sum = 0;
-        for (int64_t p = 0; p < n; ++p) top = w[p] > top ? w[p] : top;
-        for (int64_t p = 0; p < n; ++p) { w[p] = std::exp(w[p] - top); sum += w[p]; }
-        total[g] = sum;
+        for (int64_t j = 0; j < n; ++j) top = w[j] > top ? w[j] : top;
+        for (int64_t j = 0; j < n; ++j) w[j] = exp_nonpositive(w[j] - top);
+        for (int64_t j = 0; j < n; ++j) sum += w[j];
+        sums[g] = sum;
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t p = 0; p < n; ++p) {
-        const float* v = V + p * vs;
-        for (int64_t g = 0; g < group; ++g) {
-          const float w = scores[g * n + p];
-          float* a = acc.data() + g * dim;
-          for (int64_t d = 0; d < dim; ++d) a[d] += w * v[d];
+      p = 0;
+      for (int64_t i = first[r]; i <= own; ++i) {
+        const float* V = vp[i] + h * v0[i];
+        for (int64_t j = 0; j < len[i]; ++j, ++p) {
+          const float* v = V + j * v1[i];
+          for (int64_t g = 0; g < group; ++g) {
+            const float w = scores[g * n + p];
+            float* a = acc.data() + g * dim;
+            for (int64_t d = 0; d < dim; ++d) a[d] += w * v[d];
+          }
         }
       }
       for (int64_t g = 0; g < group; ++g) {
         float* o = O + (r * heads + h * group + g) * dim;
-        const float inv = 1.f / total[g];
+        const float inv = 1.f / sums[g];
         for (int64_t d = 0; d < dim; ++d) o[d] = acc[g * dim + d] * inv;
       }
     }
@@ -162,7 +209,7 @@ def kernel_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def compiled() -> Callable | None:
-    """``decode_attention(q, k_new, v_new, keys, values, lengths, scale)`` built for this CPU, or None with one
+    """``decode_attention(q, k_new, v_new, keys, values, counts, lengths, scale)`` built for this CPU, or None with one
     warning where it cannot be built. The build is kept; later processes load it (torch's builder still runs ninja to
     see that it is current, so ninja is needed then too)."""
     log = logging.getLogger(__name__)

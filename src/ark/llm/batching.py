@@ -15,6 +15,10 @@ result independent of the others:
 So a reply depends on ``rows`` (part of the model's identity), never on the company it kept.
 ``tests/test_batching.py`` checks this bit for bit. Llama-architecture models only (SmolLM2 is one).
 
+A request's keys and values are a ``RequestKV``: the kept prompt chunks it starts with, read in place (with the
+kernel; requests that share a system prompt read one copy of it, in memory and from it), then its own buffers,
+allocated at once for its prompt and reply cap.
+
 A prompt is computed by ``prefill`` passes, each within one window of positions (``ark.llm.local.PREFILL_CHUNK``),
 with the same layers as a step but attention over keys padded with zeros to the window's end and queries padded to
 ``QUERY_BLOCK`` rows: the shapes torch's attention sees then depend on the window, not on where a pass began. Where
@@ -29,7 +33,6 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 
@@ -40,79 +43,69 @@ def supports(model) -> bool:
             and hasattr(inner, "rotary_emb") and hasattr(inner, "layers"))
 
 
-# positions a row's key/value buffer gains beyond its length when it must grow: a small fixed step, not a doubling,
-# so that a request's memory stays near what it reserved (its prompt plus its reply cap; ark.llm.local.KVBudget);
-# a copy of a 2,000-position cache every 64 steps is a few milliseconds
+# positions a request's own buffers gain when they must grow past what it reserved (its prompt plus its reply cap,
+# allocated at once: they grow only where a reply runs past that)
 GROW = 64
 
 
-def append(layer, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append one position to a ``DynamicCache`` layer in place: its keys and values become views of buffers with
-    room to spare, so a step copies one position, not the whole cache (``DynamicLayer.update`` concatenates).
-    A layer that a full forward pass has since concatenated again gets new buffers."""
-    n = layer.keys.shape[-2]
-    bufs = getattr(layer, "ark_buffers", None)
-    if (bufs is None or bufs[0].shape[-2] <= n or bufs[0].data_ptr() != layer.keys.data_ptr()
-            or bufs[1].data_ptr() != layer.values.data_ptr()):
-        size = (*layer.keys.shape[:-2], n + GROW, layer.keys.shape[-1])
-        bufs = (layer.keys.new_empty(size), layer.values.new_empty(size))
-        bufs[0][..., :n, :] = layer.keys
-        bufs[1][..., :n, :] = layer.values
-        layer.ark_buffers = bufs
-    bufs[0][..., n, :] = key[..., 0, :]
-    bufs[1][..., n, :] = value[..., 0, :]
-    layer.keys, layer.values = bufs[0][..., :n + 1, :], bufs[1][..., :n + 1, :]
-    return layer.keys, layer.values
+def kv_shape(model) -> tuple[int, int, int]:
+    """(layers, key/value heads, head dim) of ``model``'s cache."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return c.num_hidden_layers, getattr(c, "num_key_value_heads", None) or c.num_attention_heads, head_dim
 
 
-class RowBuffers:
-    """A request's keys and values at every layer in buffers with room to grow, ``[kv_heads, capacity, dim]``, and
-    the positions they hold: what a step with the compiled attention writes into (the kernel writes the new
-    position of every layer, so a step's Python does not touch a row per layer). Between steps the cache's own
-    layers lag behind (views of the buffers as they were made): ``hand_back`` makes them whole before anything else
-    reads the cache."""
+class RequestKV:
+    """A request's keys and values at every layer: first the kept prompt chunks it starts with (``shared``: per
+    layer, ``(keys, values)`` pieces ``[kv_heads, n, dim]`` of the prefix tree, never written, read in place by every
+    request that starts with them), then its own positions in one buffer a layer, ``[kv_heads, capacity, dim]``,
+    allocated at once for ``room`` positions. ``share=False`` copies the shared positions into its own buffers
+    (torch's attention reads one tensor a row)."""
 
-    __slots__ = ("keys", "values", "length")
+    __slots__ = ("shared", "base", "keys", "values", "own")
 
-    def __init__(self, keys: list, values: list, length: int):
-        self.keys, self.values, self.length = keys, values, length
+    def __init__(self, model, shared: list | None = None, room: int = 0, share: bool = True):
+        layers, kv_heads, dim = kv_shape(model)
+        shared = shared or [[] for _ in range(layers)]
+        base = sum(k.shape[1] for k, _ in shared[0])
+        copied = 0 if share else base
+        self.keys = [torch.empty(kv_heads, copied + room, dim, dtype=model.dtype) for _ in range(layers)]
+        self.values = [torch.empty(kv_heads, copied + room, dim, dtype=model.dtype) for _ in range(layers)]
+        if not share:
+            for own_k, own_v, pieces in zip(self.keys, self.values, shared):
+                torch.cat([k for k, _ in pieces], 1, out=own_k[:, :base]) if pieces else None
+                torch.cat([v for _, v in pieces], 1, out=own_v[:, :base]) if pieces else None
+            shared = [[] for _ in range(layers)]
+        self.shared, self.base, self.own = shared, base - copied, copied
 
+    @property
+    def length(self) -> int:
+        return self.base + self.own
 
-def _point(cache: DynamicCache, bufs: RowBuffers) -> None:
-    for layer, k, v in zip(cache.layers, bufs.keys, bufs.values):
-        layer.keys, layer.values = k[None, :, :bufs.length], v[None, :, :bufs.length]
+    def room(self, n: int) -> None:
+        """Make room for ``n`` more own positions (new buffers, ``GROW`` more than needed, where they are full)."""
+        if self.own + n <= self.keys[0].shape[1]:
+            return
+        for bufs in (self.keys, self.values):
+            for i, old in enumerate(bufs):
+                new = old.new_empty(old.shape[0], self.own + n + GROW, old.shape[2])
+                new[:, :self.own] = old[:, :self.own]
+                bufs[i] = new
 
+    def pieces(self, layer: int, filled: int) -> tuple[list, list]:
+        """The keys and values of ``layer`` in position order: the shared pieces, then the own buffer's first
+        ``filled`` positions."""
+        keys = [k for k, _ in self.shared[layer]] + [self.keys[layer][:, :filled]]
+        return keys, [v for _, v in self.shared[layer]] + [self.values[layer][:, :filled]]
 
-def row_buffers(cache: DynamicCache) -> RowBuffers:
-    """``cache``'s ``RowBuffers`` with room for one more position: new ones (copies of its layers) for a cache that
-    has none, larger ones (``GROW`` more positions) for one that is full."""
-    bufs = getattr(cache, "ark_row_buffers", None)
-    if bufs is not None:
-        if cache.layers[0].keys.data_ptr() != bufs.keys[0].data_ptr():  # a pass extended the layers (concatenating)
-            raise RuntimeError("a cache was read past its batched positions: hand_back(cache) before a pass")
-        if bufs.length < bufs.keys[0].shape[1]:
-            return bufs
-        sources, n = [(k[:, :bufs.length], v[:, :bufs.length]) for k, v in zip(bufs.keys, bufs.values)], bufs.length
-    else:
-        sources, n = [(layer.keys[0], layer.values[0]) for layer in cache.layers], cache.layers[0].keys.shape[-2]
-    keys, values = [], []
-    for k, v in sources:
-        kb, vb = k.new_empty(k.shape[0], n + GROW, k.shape[-1]), v.new_empty(v.shape[0], n + GROW, v.shape[-1])
-        kb[:, :n], vb[:, :n] = k, v
-        keys.append(kb)
-        values.append(vb)
-    cache.ark_row_buffers = bufs = RowBuffers(keys, values, n)
-    _point(cache, bufs)
-    return bufs
-
-
-def hand_back(cache: DynamicCache) -> None:
-    """Make ``cache``'s layers hold every position its ``RowBuffers`` hold, and let the buffers go: what reads the
-    cache next (a whole-model pass, which extends its layers by concatenating into new tensors; the prefix cache)
-    sees all of it, and a later batched step copies the layers into new buffers."""
-    bufs = cache.__dict__.pop("ark_row_buffers", None)
-    if bufs is not None:
-        _point(cache, bufs)
+    def positions(self, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the keys and values at positions ``start`` to ``end``, a ``(keys, values)`` pair a layer."""
+        out = []
+        for layer in range(len(self.keys)):
+            keys, values = self.pieces(layer, self.own)
+            k, v = torch.cat(keys, 1), torch.cat(values, 1)  # a copy
+            out.append((k[:, start:end].clone(), v[:, start:end].clone()))
+        return out
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -128,21 +121,26 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: flo
     return F.scaled_dot_product_attention(grouped, keys, values, scale=scale).reshape(1, heads, 1, dim)
 
 
-def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
+def decode_rows(model, kvs: list[RequestKV], tokens: list[int], rows: int,
                 attention: Callable | None = None) -> torch.Tensor:
-    """One decoding step of ``len(tokens)`` requests: token i extends ``caches[i]`` (updated in place).
-    Returns the next-token logits, float32, one row per request. ``attention``: ``ark.llm.attention.compiled()``
-    (all rows of a layer in one call), or None (``attend``, a call per row)."""
+    """One decoding step of ``len(tokens)`` requests: token i extends ``kvs[i]`` (in place). Returns the next-token
+    logits, float32, one row per request. ``attention``: ``ark.llm.attention.compiled()`` (all rows of a layer in
+    one call, shared pieces read in place), or None (``attend``, a call per row over its own buffers: no shared
+    pieces)."""
     n = len(tokens)
     if not 0 < n <= rows:
         raise ValueError(f"{n} requests for a step of {rows} rows")
+    if attention is None and any(kv.base for kv in kvs):
+        raise ValueError("torch's attention reads a row's own buffers only: RequestKV(share=False)")
     inner = model.model
+    for kv in kvs:
+        kv.room(1)
     ids = torch.zeros(rows, 1, dtype=torch.long)
     ids[:n, 0] = torch.tensor(tokens)
-    buffers = [row_buffers(c) for c in caches] if attention is not None else None
-    lengths = [b.length for b in buffers] if buffers else [c.get_seq_length() for c in caches]
     positions = torch.zeros(rows, 1, dtype=torch.long)
-    positions[:n, 0] = torch.tensor(lengths)
+    positions[:n, 0] = torch.tensor([kv.length for kv in kvs])
+    counts = [len(kv.shared[0]) + 1 for kv in kvs]
+    owns = [kv.own for kv in kvs]
     h = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(h, positions)
     for idx, layer in enumerate(inner.layers):
@@ -154,18 +152,21 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.zeros(rows, q.shape[1], 1, attn.head_dim, dtype=q.dtype)
-        if buffers:
+        if attention is not None:
+            keys = [piece for kv in kvs for piece in (*(k for k, _ in kv.shared[idx]), kv.keys[idx])]
+            values = [piece for kv in kvs for piece in (*(v for _, v in kv.shared[idx]), kv.values[idx])]
             out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), k[:n, :, 0].contiguous(), v[:n, :, 0].contiguous(),
-                                      [b.keys[idx] for b in buffers], [b.values[idx] for b in buffers], lengths,
-                                      attn.scaling)
+                                      keys, values, counts, owns, attn.scaling)
         else:
-            for i, cache in enumerate(caches):
-                keys, values = append(cache.layers[idx], k[i:i + 1], v[i:i + 1])
-                out[i:i + 1] = attend(q[i:i + 1], keys, values, attn.scaling)
+            for i, kv in enumerate(kvs):
+                kv.keys[idx][:, owns[i]] = k[i, :, 0]
+                kv.values[idx][:, owns[i]] = v[i, :, 0]
+                out[i:i + 1] = attend(q[i:i + 1], kv.keys[idx][None, :, :owns[i] + 1],
+                                      kv.values[idx][None, :, :owns[i] + 1], attn.scaling)
         h = h + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-    for b in buffers or ():
-        b.length += 1
+    for kv in kvs:
+        kv.own += 1
     return model.lm_head(inner.norm(h))[:n, 0].float()
 
 
@@ -174,30 +175,22 @@ def decode_rows(model, caches: list[DynamicCache], tokens: list[int], rows: int,
 QUERY_BLOCK = 32
 
 
-def empty_cache(model) -> DynamicCache:
-    """A cache holding no positions, one layer per layer of ``model``."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    empty = torch.empty(1, kv_heads, 0, head_dim, dtype=model.dtype)
-    return DynamicCache([(empty, empty) for _ in model.model.layers])
-
-
-def prefill(model, cache: DynamicCache, ids: list[int], window: int) -> torch.Tensor:
-    """One forward pass of ``ids`` after ``cache``'s positions (extended in place), inside one ``window`` of
-    positions (the pass must not cross a multiple of it). Returns the last position's logits, float32.
-    A layer's keys and values become a view of a buffer padded with zeros to the window's end, which attention
-    reads whole (masked); its queries are padded to ``QUERY_BLOCK`` rows."""
-    past, n = cache.get_seq_length(), len(ids)
+def prefill(model, kv: RequestKV, ids: list[int], window: int) -> torch.Tensor:
+    """One forward pass of ``ids`` after ``kv``'s positions (extended in place), inside one ``window`` of positions
+    (the pass must not cross a multiple of it). Returns the last position's logits, float32. Attention reads each
+    layer's keys and values copied into one buffer padded with zeros to the window's end (masked), and its queries
+    padded to ``QUERY_BLOCK`` rows."""
+    past, n = kv.length, len(ids)
     if not n or past // window != (past + n - 1) // window:
         raise ValueError(f"a prefill pass of {n} tokens after {past} must lie inside one window of {window}")
     end, rows = (past // window + 1) * window, -(-n // QUERY_BLOCK) * QUERY_BLOCK
+    kv.room(n)
     inner = model.model
     h = inner.embed_tokens(torch.tensor([ids]))
     cos, sin = inner.rotary_emb(h, torch.arange(past, past + n)[None])
     mask = torch.ones(rows, end, dtype=torch.bool).tril(diagonal=past)
     mask[n:] = mask[n - 1]  # the padding rows attend like the last row (their results are dropped)
-    for cached, layer in zip(cache.layers, inner.layers):
+    for idx, layer in enumerate(inner.layers):
         attn = layer.self_attn
         x = layer.input_layernorm(h)
         shape = (1, n, -1, attn.head_dim)
@@ -205,19 +198,20 @@ def prefill(model, cache: DynamicCache, ids: list[int], window: int) -> torch.Te
         k = attn.k_proj(x).view(shape).transpose(1, 2)
         v = attn.v_proj(x).view(shape).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        kv.keys[idx][:, kv.own:kv.own + n], kv.values[idx][:, kv.own:kv.own + n] = k[0], v[0]
         padded = []
-        for old, new in ((cached.keys, k), (cached.values, v)):
-            buf = new.new_empty(1, new.shape[1], end, new.shape[-1])
-            buf[:, :, :past], buf[:, :, past:past + n] = old, new
+        for pieces in kv.pieces(idx, kv.own + n):
+            buf = k.new_empty(1, k.shape[1], end, k.shape[-1])
+            torch.cat(pieces, 1, out=buf[0, :, :past + n])
             buf[:, :, past + n:] = 0
             padded.append(buf)
-        cached.keys, cached.values = (b[:, :, :past + n] for b in padded)
         queries = q.new_zeros(1, q.shape[1], rows, q.shape[-1])
         queries[:, :, :n] = q
         out = F.scaled_dot_product_attention(queries, *padded, attn_mask=mask, scale=attn.scaling,
                                              enable_gqa=True)[:, :, :n]
         h = h + attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
+    kv.own += n
     return model.lm_head(inner.norm(h[:, -1:]))[0, -1].float()
 
 
@@ -244,14 +238,14 @@ def reuse_granularity(model, window: int) -> int:
         return logits
 
     with torch.inference_mode():
-        reference = empty_cache(model)
+        reference = RequestKV(model, room=len(ids))
         logits = run(reference, 0)
+        whole = reference.positions(0, len(ids))
         for start in (window + 39, window + 38, window + 37, window + 7, 29):
-            cache = DynamicCache([(layer.keys[:, :, :start].clone(), layer.values[:, :, :start].clone())
-                                  for layer in reference.layers])
-            if not torch.equal(run(cache, start), logits) or not all(
-                    torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
-                    for a, b in zip(cache.layers, reference.layers)):
+            kv = RequestKV(model, [[(k[:, :start], v[:, :start])] for k, v in whole], room=len(ids) - start)
+            if not torch.equal(run(kv, start), logits) or not all(
+                    torch.equal(a, b) for pair, again in zip(whole, kv.positions(0, len(ids)))
+                    for a, b in zip(pair, again)):
                 return window
     return 1
 
@@ -288,8 +282,8 @@ class StepBatcher:
         return (f"{self.row_steps} single-token steps in {self.steps} forward passes of {self.rows} rows "
                 f"(mean {mean:.2f} rows used)")
 
-    def step(self, cache: DynamicCache, token: int) -> torch.Tensor:
-        job = {"cache": cache, "token": token, "logits": None, "error": None}
+    def step(self, kv: RequestKV, token: int) -> torch.Tensor:
+        job = {"cache": kv, "token": token, "logits": None, "error": None}
         with self.cond:
             self.pending.append(job)
             self.cond.notify_all()

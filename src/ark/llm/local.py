@@ -60,12 +60,13 @@ PREFILL_CHUNK = 256
 
 class Chunk:
     """One ``PREFILL_CHUNK`` of prompt tokens in the prefix tree, or fewer (a prompt's last, a leaf): its keys and
-    values at every layer (copies, never written), the chunks that have followed it, and when it was last used."""
+    values at every layer (``[kv_heads, n, dim]`` copies, never written), the chunks that have followed it, when it
+    was last used, and how many requests read it in place (``users``: it is not dropped while they run)."""
 
-    __slots__ = ("parent", "tokens", "kv", "children", "used")
+    __slots__ = ("parent", "tokens", "kv", "children", "used", "users")
 
     def __init__(self, parent: "Chunk | None", tokens: tuple[int, ...], kv: list, used: int):
-        self.parent, self.tokens, self.kv, self.children, self.used = parent, tokens, kv, {}, used
+        self.parent, self.tokens, self.kv, self.children, self.used, self.users = parent, tokens, kv, {}, used, 0
 
 
 class PrefixCache:
@@ -75,8 +76,8 @@ class PrefixCache:
     tree holds, and only the rest is prefilled. ``any_position``: a prompt is kept whole (its last chunk short)
     and reused up to any position, part of a chunk included; else up to whole chunks only. Bounded by
     ``max_tokens`` (a number, or a function read at every ``put``; SmolLM2: 23 KB a token in bfloat16, 46 KB in
-    float32); the least recently used leaf chunk goes first. Not thread-safe: ``LocalChatModel`` calls it under its
-    model lock."""
+    float32); the least recently used leaf chunk that no request holds goes first. Not thread-safe:
+    ``LocalChatModel`` calls it under its model lock."""
 
     def __init__(self, max_tokens: int | Callable[[], int] = 65536, any_position: bool = False):
         self.bound = max_tokens if callable(max_tokens) else (lambda: max_tokens)  # read at every put
@@ -89,9 +90,10 @@ class PrefixCache:
         self._clock += 1
         return self._clock
 
-    def longest_prefix(self, ids: list[int]) -> tuple[DynamicCache | None, int]:
-        """(a new cache holding ``ids[:n]``, n): what the tree holds from the start of ``ids``, short of
-        ``len(ids)`` (a token is left to feed). The cache is a copy: chunks are never written."""
+    def longest_prefix(self, ids: list[int]) -> tuple[list, int, list[Chunk]]:
+        """(pieces, n, chunks): what the tree holds of ``ids[:n]``, short of ``len(ids)`` (a token is left to
+        feed), as ``(keys, values)`` pieces a layer (views of the chunks, never to be written), and the chunks they
+        come from (``hold`` them while the pieces are read)."""
         path, node, n, limit = [], self.root, 0, len(ids) - 1
         while n < limit:
             want = tuple(ids[n:min(n + PREFILL_CHUNK, limit)])
@@ -107,35 +109,39 @@ class PrefixCache:
             n, node = n + take, child
             if take < PREFILL_CHUNK:
                 break
-        if not path:
-            return None, 0
-        layers = zip(*([(k[..., :take, :], v[..., :take, :]) for k, v in chunk.kv] for chunk, take in path))
-        return DynamicCache([(torch.cat([k for k, _ in kv], -2), torch.cat([v for _, v in kv], -2))
-                             for kv in layers]), n
+        layers = len(path[0][0].kv) if path else 0
+        pieces = [[(chunk.kv[i][0][:, :take], chunk.kv[i][1][:, :take]) for chunk, take in path]
+                  for i in range(layers)]
+        return pieces, n, [chunk for chunk, _ in path]
+
+    @staticmethod
+    def hold(chunks: list[Chunk], by: int = 1) -> None:
+        """Count a request that reads ``chunks`` in place (``by=-1``: one that no longer does)."""
+        for chunk in chunks:
+            chunk.users += by
 
     def kept(self, prompt: list[int]) -> list[int]:
         """What of ``prompt`` the tree keeps: all of it where it is reused up to any position, else its whole
         chunks."""
         return prompt if self.any_position else prompt[:len(prompt) // PREFILL_CHUNK * PREFILL_CHUNK]
 
-    def put(self, key: list[int], cache: DynamicCache) -> None:
-        """Keep the chunks of ``key`` (``kept(prompt)``) that the tree lacks; ``cache`` holds their keys and values
-        at its first ``len(key)`` positions. A short last chunk is kept unless a chunk the tree holds starts with
-        it; a whole chunk replaces the short ones it starts with."""
-        node, layers = self.root, None
+    def put(self, key: list[int], positions: Callable[[int, int], list]) -> None:
+        """Keep the chunks of ``key`` (``kept(prompt)``) that the tree lacks; ``positions(start, end)`` gives copies
+        of their keys and values, a ``(keys, values)`` pair ``[kv_heads, end - start, dim]`` a layer. A short last
+        chunk is kept unless a chunk the tree holds starts with it; a whole chunk replaces the short ones it starts
+        with (unless a request holds them)."""
+        node = self.root
         for start in range(0, len(key), PREFILL_CHUNK):
             tokens = tuple(key[start:start + PREFILL_CHUNK])
             child = node.children.get(tokens)
             if child is None and len(tokens) < PREFILL_CHUNK:
                 child = next((c for c in node.children.values() if c.tokens[:len(tokens)] == tokens), None)
             if child is None:
-                for short in [c for c in node.children.values() if tokens[:len(c.tokens)] == c.tokens]:
+                for short in [c for c in node.children.values()
+                              if tokens[:len(c.tokens)] == c.tokens and not c.users]:
                     del node.children[short.tokens]  # a leaf: only a whole chunk has children
                     self.tokens -= len(short.tokens)
-                layers = layers if layers is not None else [(k, v) for k, v, *_ in cache]
-                end = start + len(tokens)
-                child = Chunk(node, tokens, [(k[..., start:end, :].clone(), v[..., start:end, :].clone())
-                                             for k, v in layers], 0)
+                child = Chunk(node, tokens, positions(start, start + len(tokens)), 0)
                 node.children[tokens] = child
                 self.tokens += len(tokens)
             child.used = self._tick()
@@ -143,14 +149,17 @@ class PrefixCache:
         self.shrink(self.bound())
 
     def shrink(self, max_tokens: int) -> None:
-        """Drop least recently used leaf chunks until the tree holds at most ``max_tokens``."""
+        """Drop least recently used leaf chunks that no request holds until the tree holds at most ``max_tokens``
+        (or only held chunks and their parents)."""
         while self.tokens > max(max_tokens, 0):
             leaves, stack = [], [self.root]
             while stack:
                 node = stack.pop()
                 stack.extend(node.children.values())
-                if not node.children and node is not self.root:
+                if not node.children and node is not self.root and not node.users:
                     leaves.append(node)
+            if not leaves:
+                return
             for leaf in sorted(leaves, key=lambda c: c.used):
                 del leaf.parent.children[leaf.tokens]
                 self.tokens -= len(leaf.tokens)
@@ -177,8 +186,9 @@ IN_FLIGHT_SHARE = 0.75
 class KVBudget:
     """The key/value tokens of the requests being computed, bounded: ``reserve(n)`` waits, in arrival order, until
     ``n`` more fit under ``limit`` (a request reserves its prompt plus its reply cap), so that memory is bounded by
-    configuration, not by traffic; ``tokens - reserved`` is what the kept prompts may hold. ``stop()`` turns every
-    wait into an error."""
+    configuration, not by traffic; a request gives back what it reads in place from the kept prompts
+    (``Reservation.give_back``), which count there; ``tokens - reserved`` is what the kept prompts may hold.
+    ``stop()`` turns every wait into an error."""
 
     def __init__(self, tokens: int):
         self.tokens, self.reserved = tokens, 0
@@ -201,11 +211,12 @@ class KVBudget:
             if self.stopping:
                 raise HTTPError(503, "the server is stopping")
             self.reserved += n
+        held = Reservation(self, n)
         try:
-            yield
+            yield held
         finally:
             with self.cond:
-                self.reserved -= n
+                self.reserved -= held.tokens
                 idle = self.reserved == 0
                 self.cond.notify_all()
             if idle:
@@ -215,6 +226,20 @@ class KVBudget:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+
+
+class Reservation:
+    """The tokens a request holds in a ``KVBudget``."""
+
+    def __init__(self, budget: KVBudget, tokens: int):
+        self.budget, self.tokens = budget, tokens
+
+    def give_back(self, n: int) -> None:
+        n = min(n, self.tokens)
+        with self.budget.cond:
+            self.tokens -= n
+            self.budget.reserved -= n
+            self.budget.cond.notify_all()
 
 
 def release_free_memory() -> None:
@@ -228,10 +253,8 @@ def release_free_memory() -> None:
 
 def kv_bytes_per_token(model) -> int:
     """The bytes of keys and values one position takes in ``model``'s cache (all layers)."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    return 2 * c.num_hidden_layers * kv_heads * head_dim * model.dtype.itemsize
+    layers, kv_heads, head_dim = batching.kv_shape(model)
+    return 2 * layers * kv_heads * head_dim * model.dtype.itemsize
 
 
 class LocalChatModel:
@@ -386,68 +409,91 @@ class LocalChatModel:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def _stepper(self) -> tuple[Step, Callable[[], None], Callable[[], None]]:
-        """(step, keep, release): the first ``step`` prefills the prompt in chunks, from the prefix cache's best
-        entry; later single-token steps go to the batcher, if any; ``keep()`` puts the cache in the prefix cache;
-        ``release()`` (always, last) tells the batcher this request decodes no more."""
-        cache, prompt, entered = None, [], False
+    def _stepper(self, reservation: Reservation, reply_cap: int) -> tuple[Step, Callable[[], None],
+                                                                          Callable[[], None]]:
+        """(step, keep, release): the first ``step`` prefills the prompt from the prefix cache's best entry, in
+        passes that end at multiples of ``PREFILL_CHUNK``; later single-token steps go to the batcher, if any;
+        ``keep()`` puts the prompt in the prefix cache; ``release()`` (always, last) tells the batcher this request
+        decodes no more and lets go of the kept chunks it read in place. A Llama's keys and values are a
+        ``batching.RequestKV`` (the kept chunks read in place where the batched steps' kernel reads them, their
+        tokens given back to ``reservation``; its own buffers sized for the prompt and ``reply_cap``), another
+        model's a transformers cache."""
+        kv, prompt, entered, held = None, [], False, []
         batcher = self.batcher
+        share = batcher is not None and batcher.attention is not None
         # without a batcher the whole request holds the lock (``generate``); with one, each forward pass does
         locked = self._lock if batcher is not None else contextlib.nullcontext()
 
         def forward(ids: list[int], of_prompt: bool = False) -> torch.Tensor:
             """The logits after ``ids``: by passes that end at multiples of ``PREFILL_CHUNK`` (a prompt's, which
-            may be kept: ``of_prompt``; more than one token), else by the model's own pass (a reply token's)."""
-            nonlocal cache
-            if cache is not None and len(ids) == 1 and not of_prompt:
-                return self._pass(ids, cache)
-            if cache is None:
-                cache = batching.empty_cache(self.model) if self.own_prefill else DynamicCache()
-            past = cache.get_seq_length()
+            may be kept: ``of_prompt``; more than one token), else by a decoding step of one row (a reply
+            token's)."""
+            if len(ids) == 1 and not of_prompt:
+                if self.own_prefill:
+                    return batching.decode_rows(self.model, [kv], ids, 1)[0]
+                return self._pass(ids, kv)
+            past = kv.length if self.own_prefill else kv.get_seq_length()
             for start, end in batching.passes(past, past + len(ids), PREFILL_CHUNK):
                 if self.kv.stopping:
                     raise HTTPError(503, "the server is stopping")
                 part = ids[start - past:end - past]
-                logits = (batching.prefill(self.model, cache, part, PREFILL_CHUNK) if self.own_prefill
-                          else self._pass(part, cache))
+                logits = (batching.prefill(self.model, kv, part, PREFILL_CHUNK) if self.own_prefill
+                          else self._pass(part, kv))
             return logits
 
+        def positions(start: int, end: int) -> list:
+            if self.own_prefill:
+                return kv.positions(start, end)
+            return [(k[0, :, start:end].clone(), v[0, :, start:end].clone()) for k, v, *_ in kv]
+
         def step(ids: list[int]) -> torch.Tensor:
-            nonlocal cache, entered
+            nonlocal kv, entered
             if self.kv.stopping:
                 raise HTTPError(503, "the server is stopping")
             if prompt:
                 if batcher is not None and len(ids) == 1:
-                    return batcher.step(cache, ids[0])
+                    return batcher.step(kv, ids[0])
                 with locked:
-                    batching.hand_back(cache)  # the batched steps' positions, written past the layers' views
                     return forward(ids)
             prompt.extend(ids)
             with locked:
+                pieces, done = [], 0
                 if self.prefix_cache is not None:  # the kept prompts get what the requests in flight leave
                     self.prefix_cache.shrink(self.prefix_cache.bound())
-                cache, done = self.prefix_cache.longest_prefix(ids) if self.prefix_cache is not None else (None, 0)
+                    pieces, done, chunks = self.prefix_cache.longest_prefix(ids)
+                    if share:
+                        PrefixCache.hold(chunks)
+                        held.extend(chunks)
+                        reservation.give_back(done)  # counted in the kept prompts while this request reads them
+                if self.own_prefill:
+                    kv = batching.RequestKV(self.model, pieces, room=len(ids) - done + reply_cap, share=share)
+                else:
+                    kv = DynamicCache([tuple(torch.cat(part, 1)[None] for part in zip(*layer)) for layer in pieces]
+                                      if pieces else None)
                 logits = forward(ids[done:], of_prompt=True)
                 # kept now as well as after the reply, so that requests arriving meanwhile reuse it (the queries in
                 # flight start together, and their first prompts share the system prompt and tool schemas)
                 if self.prefix_cache is not None and len(self.prefix_cache.kept(ids)) > done:
-                    self.prefix_cache.put(self.prefix_cache.kept(ids), cache)
+                    self.prefix_cache.put(self.prefix_cache.kept(ids), positions)
             if batcher is not None:
                 batcher.enter()
                 entered = True
             return logits
 
         def keep() -> None:
-            if self.prefix_cache is not None and cache is not None:
+            if self.prefix_cache is not None and kv is not None:
                 with locked:
-                    batching.hand_back(cache)
-                    self.prefix_cache.put(self.prefix_cache.kept(prompt), cache)
+                    self.prefix_cache.put(self.prefix_cache.kept(prompt), positions)
 
         def release() -> None:
             nonlocal entered
             if entered:
                 batcher.leave()
                 entered = False
+            if held:
+                with locked:
+                    PrefixCache.hold(held, -1)
+                held.clear()
 
         return step, keep, release
 
@@ -483,12 +529,13 @@ class LocalChatModel:
         sampling = Sampling(1.0 if temperature is None else float(temperature), 1.0 if top_p is None else float(top_p),
                             torch.Generator().manual_seed(0 if seed is None else int(seed)))
         model_name = request.get("model") or self.name
-        with self.kv.reserve(len(prompt_ids) + max_tokens):
-            return self._decode(request, prompt_ids, tools, tool_choice, max_tokens, sampling, model_name)
+        with self.kv.reserve(len(prompt_ids) + max_tokens) as reservation:
+            step, keep, release = self._stepper(reservation, max_tokens)
+            return self._decode(step, keep, release, prompt_ids, tools, tool_choice, max_tokens, sampling,
+                                model_name)
 
-    def _decode(self, request: dict, prompt_ids: list[int], tools: list, tool_choice, max_tokens: int,
-                sampling: Sampling, model_name: str) -> dict:
-        step, keep, release = self._stepper()
+    def _decode(self, step: Step, keep: Callable[[], None], release: Callable[[], None], prompt_ids: list[int],
+                tools: list, tool_choice, max_tokens: int, sampling: Sampling, model_name: str) -> dict:
         try:
             if self.constrained and tools and tool_choice != "none":
                 try:
