@@ -119,10 +119,11 @@ def attached(split: Split):
             return step(ids)
         return phased_step, keep, release
 
-    def looked_up(cache, ids):
-        found = originals[PrefixCache, "longest_prefix"](cache, ids)
-        with split.lock:
-            split.prompts.append((len(ids), found[1]))
+    def looked_up(cache, ids, leave=1):
+        found = originals[PrefixCache, "longest_prefix"](cache, ids, leave)
+        if leave:  # a request's look-up (leave=0: the same request reading back what it just kept)
+            with split.lock:
+                split.prompts.append((len(ids), found[1]))
         return found
 
     LocalChatModel._setup, LocalChatModel._stepper = timed_setup, timed_stepper

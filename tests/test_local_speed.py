@@ -184,19 +184,24 @@ def test_a_prompt_is_kept_once_prefilled_and_stays_intact(tiny, tokenizer, toolb
             logits = step(ids)
             if not seen:  # right after the prefill, before any reply token
                 kept = chunks(model.prefix_cache)
-                seen.append((model.prefix_cache.tokens, kept, [[(k.clone(), v.clone()) for k, v in c.kv] for c in kept]))
+                seen.append((model.prefix_cache.tokens, kept, [[(k.clone(), v.clone()) for k, v in c.kv] for c in kept],
+                             model.kv.reserved))
             return logits
         return decode(watched, *args)
 
     monkeypatch.setattr(local_module, "decode_tool_call", watching)
     reply = model.generate(request)
     prompt = reply["usage"]["prompt_tokens"]
-    (n, kept, at_prefill), = seen
+    (n, kept, at_prefill, reserved), = seen
     # kept whole (with the forced tokens that open a call, fed with it) where reused up to any position
     assert n >= prompt if model.prefix_cache.any_position else n == prompt // 32 * 32 > 0
     assert all(torch.equal(k, k0) and torch.equal(v, v0)
                for c, kv0 in zip(kept, at_prefill) for (k, v), (k0, v0) in zip(c.kv, kv0))
     assert reply["usage"]["completion_tokens"] > 1  # it went on decoding after the entry was kept
+    if model.batcher is not None and model.batcher.attention is not None:  # it reads what was kept in place
+        assert reserved <= prompt - n + 30 + 8  # its prompt's rest, the reply cap, the tokens fed with the prompt
+    else:
+        assert reserved == prompt + 30
 
 
 def test_kernels_limited_to_avx2_count_as_no_native_bf16(monkeypatch):

@@ -71,10 +71,11 @@ class RequestKV:
         copied = 0 if share else base
         self.keys = [torch.empty(kv_heads, copied + room, dim, dtype=model.dtype) for _ in range(layers)]
         self.values = [torch.empty(kv_heads, copied + room, dim, dtype=model.dtype) for _ in range(layers)]
-        if not share:
+        if not share and base:
             for own_k, own_v, pieces in zip(self.keys, self.values, shared):
-                torch.cat([k for k, _ in pieces], 1, out=own_k[:, :base]) if pieces else None
-                torch.cat([v for _, v in pieces], 1, out=own_v[:, :base]) if pieces else None
+                torch.cat([k for k, _ in pieces], 1, out=own_k[:, :base])
+                torch.cat([v for _, v in pieces], 1, out=own_v[:, :base])
+        if not share:
             shared = [[] for _ in range(layers)]
         self.shared, self.base, self.own = shared, base - copied, copied
 

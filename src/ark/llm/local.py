@@ -90,11 +90,11 @@ class PrefixCache:
         self._clock += 1
         return self._clock
 
-    def longest_prefix(self, ids: list[int]) -> tuple[list, int, list[Chunk]]:
-        """(pieces, n, chunks): what the tree holds of ``ids[:n]``, short of ``len(ids)`` (a token is left to
-        feed), as ``(keys, values)`` pieces a layer (views of the chunks, never to be written), and the chunks they
-        come from (``hold`` them while the pieces are read)."""
-        path, node, n, limit = [], self.root, 0, len(ids) - 1
+    def longest_prefix(self, ids: list[int], leave: int = 1) -> tuple[list, int, list[Chunk]]:
+        """(pieces, n, chunks): what the tree holds of ``ids[:n]``, short of ``len(ids)`` by ``leave`` tokens (one
+        is left to feed), as ``(keys, values)`` pieces a layer (views of the chunks, never to be written), and the
+        chunks they come from (``hold`` them while the pieces are read)."""
+        path, node, n, limit = [], self.root, 0, len(ids) - leave
         while n < limit:
             want = tuple(ids[n:min(n + PREFILL_CHUNK, limit)])
             child = node.children.get(want) if len(want) == PREFILL_CHUNK else None
@@ -475,6 +475,18 @@ class LocalChatModel:
                 # flight start together, and their first prompts share the system prompt and tool schemas)
                 if self.prefix_cache is not None and len(self.prefix_cache.kept(ids)) > done:
                     self.prefix_cache.put(self.prefix_cache.kept(ids), positions)
+                    if share:  # read what was just kept in place too, rather than hold it twice
+                        pieces, kept, chunks = self.prefix_cache.longest_prefix(ids, leave=0)
+                        if kept > kv.base:
+                            rebased = batching.RequestKV(self.model, pieces, room=len(ids) - kept + reply_cap)
+                            for k, v, (k0, v0) in zip(rebased.keys, rebased.values, kv.positions(kept, kv.length)):
+                                k[:, :len(ids) - kept], v[:, :len(ids) - kept] = k0, v0
+                            rebased.own = len(ids) - kept
+                            PrefixCache.hold(chunks)
+                            PrefixCache.hold(held, -1)
+                            held[:] = chunks
+                            reservation.give_back(kept - kv.base)
+                            kv = rebased
             if batcher is not None:
                 batcher.enter()
                 entered = True
