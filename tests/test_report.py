@@ -188,6 +188,9 @@ def test_the_report_writes_every_table_and_figure_and_recomputes_voting_exactly(
     # Table 3 re-fuses the stored per-agent lists: its voting row must equal the run's own scores
     assert {k: v for k, v in metrics["table3"]["voting"].items()} == {k: ark[k] for k in metrics["table3"]["voting"]}
     assert set(metrics["table2"]) == {"full toolset", "without neighborhood search"}
+    runs = json.loads((tables / "runs.json").read_text())  # make check judges each row by the stages of these
+    assert set(runs) == set(metrics) and set(runs["table1"]) == set(metrics["table1"])
+    assert all(Path(cfg.paths.root, d).is_dir() or Path(d).is_dir() for d in runs["table1"]["ARK (rules_sampled)"])
     table9 = (tables / "table9.csv").read_text().splitlines()
     assert table9[1].startswith("all,synthetic,9,")  # 3 queries x 3 agents
     # the site: every table, each row linking to pages of its runs that exist
