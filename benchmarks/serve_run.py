@@ -48,7 +48,7 @@ def start_server(port: int, overrides: list[str]) -> tuple[subprocess.Popen, str
 
 
 def measure(port: int, overrides: list[str]) -> dict:
-    server, command, _ = start_server(port, overrides)
+    server, command, lines = start_server(port, overrides)
     peak, sampling = [rss_mib(server.pid)], True
 
     def sample():
@@ -76,11 +76,20 @@ def measure(port: int, overrides: list[str]) -> dict:
             server.kill()
         stopped = time.perf_counter() - stop
     output = proc.stdout + proc.stderr
+    time.sleep(0.5)  # the server's last lines, read by start_server's thread
+    decoding = [line.split("batched decoding: ", 1)[1] for line in lines if "ark serve: batched decoding: " in line]
+    # the server's log line per request: "HH:MM:SS POST /v1/chat/completions 200 <prompt>+<reply> tokens <ms> ms"
+    served = [re.search(r" POST /v1/chat/completions 200 (\d+)\+(\d+) tokens (\d+) ms$", line) for line in lines]
+    served = [tuple(map(int, m.groups())) for m in served if m]
     closing = [line for line in output.splitlines() if line.startswith("evaluate ") or "error" in line.lower()]
     calls = re.search(r"model calls this run=(\d+)", output)
     return {"command": command, "exit": proc.returncode, "wall_s": round(wall, 1),
             "model_calls": int(calls.group(1)) if calls else None, "closing_line": closing[-1] if closing else None,
             "server_peak_rss_mib": round(peak[0]), "stop_s": round(stopped, 1),
+            "server_decoding": decoding[-1] if decoding else None,
+            "server_requests": {"answered": len(served), "prompt_tokens": sum(p for p, _, _ in served),
+                                "reply_tokens": sum(r for _, r, _ in served),
+                                "mean_ms": round(sum(ms for *_, ms in served) / len(served)) if served else None},
             "machine": machine(("torch", "transformers"))}
 
 
@@ -91,6 +100,8 @@ def markdown(r: dict) -> str:
         "| exit | wall (s) | model calls | server peak memory (MiB) | stop on Ctrl-C (s) |", "|---|---|---|---|---|",
         f"| {r['exit']} | {r['wall_s']} | {r['model_calls']} | {r['server_peak_rss_mib']} | {r['stop_s']} |", "",
         f"The run: `{r['command']}`", "", f"Its closing line: `{r['closing_line']}`", "",
+        f"The server's decoding steps: {r.get('server_decoding') or 'not reported'}", "",
+        f"The server's requests: {r.get('server_requests')}", "",
         "Command: `python benchmarks/serve_run.py --write`.", ""])
 
 

@@ -236,6 +236,26 @@ def test_the_printed_command_composes_to_a_run_against_the_served_model():
     assert backbone.name == "smollm2-s" and backbone.max_tokens == 256 and backbone.api_key_env is None
 
 
+def test_on_stopping_the_server_says_how_full_its_batched_decoding_steps_were(tokenizer, monkeypatch, tmp_path,
+                                                                             capfd):
+    import urllib.request
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128)
+    model = LocalChatModel.from_model(LlamaForCausalLM(config).eval(), tokenizer, decode_rows=2, attention="torch")
+    with served(model, monkeypatch, tmp_path) as (url, name, _):
+        body = json.dumps({"model": name, "messages": MESSAGES, "max_tokens": 4, "temperature": 0}).encode()
+        request = urllib.request.Request(f"{url}/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as r:
+            reply = json.loads(r.read())
+    steps = reply["usage"]["completion_tokens"] - 1  # the first reply token comes from the prompt's pass
+    err = capfd.readouterr().err
+    assert f"ark serve: batched decoding: {steps} single-token steps in {steps} forward passes of 2 rows" in err, err
+
+
 def test_a_reply_is_held_to_the_served_max_tokens_and_a_bad_max_tokens_is_a_400():
     from ark.llm.server import HTTPError
     from ark.serve import capped

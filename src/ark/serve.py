@@ -390,6 +390,9 @@ def server(overrides: list[str], host: str, port: int):
     def on_exit():
         idle.stop()
         model.cancel()
+        batcher = getattr(model, "batcher", None)
+        if batcher is not None and batcher.steps:  # how many rows the requests filled, as a stage's log says it
+            print(f"ark serve: batched decoding: {batcher.summary()}", file=sys.stderr, flush=True)
 
     try:
         chat = openai_server(idle.wrap(capped(model.generate, backbone.max_tokens)),
