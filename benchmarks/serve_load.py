@@ -7,6 +7,7 @@ descriptions and node lines), a question of its own, a reply of at most 32 token
 resident memory from /proc every 50 ms. Prints one table and, with --out, writes it with the machine beside it.
 
     python benchmarks/serve_load.py [--set backbone.local.decode_rows=8] [--out benchmarks/results/serve_load.md]
+    python benchmarks/serve_load.py --burst-only [--set backbone.local.dtype=bfloat16]  # memory under the burst alone
 """
 from __future__ import annotations
 
@@ -123,6 +124,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", nargs="*", default=[], help="overrides for ark serve")
     p.add_argument("--out", help="also write the table (markdown) here")
+    p.add_argument("--burst-only", action="store_true",
+                   help="only the repeated preamble, the burst of 20 and the memory after it (no streams, no Ctrl-C)")
     args = p.parse_args()
     proc, url, load_s = start_server(args.set)
     mem = Memory(proc.pid)
@@ -142,15 +145,8 @@ def main() -> None:
         add(("repeated preamble: second request / first", f"{again:.2f} / {first:.2f} s = {again / first:.2f}"))
         idle = mem.now()
         add(("resident memory, idle after two requests", f"{idle / 2**30:.2f} GiB"))
-        one = [post(url, request(shared, f"Question {i}: which pathways involve node {i * 31}?")) for i in range(4)]
-        one_s, one_tok = sum(s for s, _ in one), sum(n for _, n in one)
-        add(("1 stream: 4 requests one after another",
-                     f"{one_s:.1f} s, {len(one) / one_s:.3f} req/s, {one_tok / one_s:.1f} reply tokens/s"))
-        eight_s, eight_tok = concurrent(url, [request(shared, f"Question {i}: which diseases relate to node {i * 37}?")
-                                              for i in range(8)])
-        add(("8 streams: 8 requests at once",
-                     f"{eight_s:.1f} s, {8 / eight_s:.3f} req/s, {eight_tok / eight_s:.1f} reply tokens/s"))
-        add(("8 streams / 1 stream, requests a second", f"{(8 / eight_s) / (len(one) / one_s):.2f}x"))
+        if not args.burst_only:
+            streams(url, shared, add)
         mem.reset()
         burst_s, _ = concurrent(url, [request(preamble(1 + i % 4), f"Burst question {i} about node {i * 41}?")
                                       for i in range(20)])
@@ -160,14 +156,16 @@ def main() -> None:
         add(("20 at once (4 preambles): wall, peak resident memory",
                      f"{burst_s:.1f} s, {peak / 2**30:.2f} GiB"))
         add(("resident memory 5 s after the burst", f"{after / 2**30:.2f} GiB ({after / idle:.2f}x idle)"))
-        # Ctrl-C in the middle of a long request
-        threading.Thread(target=lambda: _quiet_post(url, request(preamble(9), "Describe every node.", 160)),
-                         daemon=True).start()
-        time.sleep(3)
+        if not args.burst_only:  # Ctrl-C in the middle of a long request
+            threading.Thread(target=lambda: _quiet_post(url, request(preamble(9), "Describe every node.", 160)),
+                             daemon=True).start()
+            time.sleep(3)
         sent = time.perf_counter()
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=120)
-        add(("Ctrl-C mid-request until the process exited", f"{time.perf_counter() - sent:.1f} s (exit {proc.returncode})"))
+        if not args.burst_only:
+            add(("Ctrl-C mid-request until the process exited",
+                 f"{time.perf_counter() - sent:.1f} s (exit {proc.returncode})"))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -178,6 +176,19 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(f"`python benchmarks/serve_load.py {' '.join(sys.argv[1:])}`\n\n{text}")
+
+
+def streams(url: str, shared: str, add) -> None:
+    """One stream of 4 requests against 8 streams at once, on the same preamble."""
+    one = [post(url, request(shared, f"Question {i}: which pathways involve node {i * 31}?")) for i in range(4)]
+    one_s, one_tok = sum(s for s, _ in one), sum(n for _, n in one)
+    add(("1 stream: 4 requests one after another",
+         f"{one_s:.1f} s, {len(one) / one_s:.3f} req/s, {one_tok / one_s:.1f} reply tokens/s"))
+    eight_s, eight_tok = concurrent(url, [request(shared, f"Question {i}: which diseases relate to node {i * 37}?")
+                                          for i in range(8)])
+    add(("8 streams: 8 requests at once",
+         f"{eight_s:.1f} s, {8 / eight_s:.3f} req/s, {eight_tok / eight_s:.1f} reply tokens/s"))
+    add(("8 streams / 1 stream, requests a second", f"{(8 / eight_s) / (len(one) / one_s):.2f}x"))
 
 
 def _quiet_post(url: str, body: dict) -> None:
