@@ -242,9 +242,10 @@ def _main(argv: list[str]) -> int:
         print(f"FAIL: {outside:,} of {fresh_total:,} regenerated cells outside their tolerance")
         return 1
     if fresh_total < total:
-        print(prose(f"NOT CHECKED: {total - fresh_total:,} of {total:,} cells not regenerated in this clone: their "
-                    f"runs come from stages stale here, or after them ({', '.join(compact(fresh.stale))}); "
-                    "`make repro` regenerates them (the rest hold)"))
+        print(prose(f"NOT CHECKED: {total - fresh_total:,} of {total:,} cells not counted as regenerated in this "
+                    "clone: their runs come from stages stale here or after them, or their rows read no runs while a "
+                    f"stage before the report is stale ({', '.join(compact(fresh.stale))}); `make repro` regenerates "
+                    "them (the rest hold)"))
         return 1
     if unexpected:
         print(prose(f"NOT CHECKED: {unexpected:,} of {total:,} regenerated cells have no expected value in "
