@@ -16,9 +16,9 @@ LAYERS = [  # lowest first; DESIGN §3: stages/cli -> report -> runs.execute -> 
     ("ark.build",),
     ("ark.runs",),
     ("ark.distill",),
+    ("ark.status",),  # the stale stages of a pipeline, for `ark status` and for `make check` (ark.report.check)
     ("ark.report",),
     ("ark.serve", "ark.api"),  # the model server and the Python API, which the CLI and notebooks use
-    ("ark.status",),  # the stale stages of a pipeline, for `ark status`
     ("ark.stages", "ark.cli", "ark.stage_deps"),
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
