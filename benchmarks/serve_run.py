@@ -93,6 +93,13 @@ def measure(port: int, overrides: list[str]) -> dict:
             "machine": machine(("torch", "transformers"))}
 
 
+def requests_line(served: dict | None) -> str:
+    if not served or not served.get("answered"):
+        return "The server's requests: not reported"
+    return (f"The server answered {served['answered']} requests: {served['prompt_tokens']:,} prompt tokens and "
+            f"{served['reply_tokens']:,} reply tokens, {served['mean_ms']:,} ms a request on average")
+
+
 def markdown(r: dict) -> str:
     m = r["machine"]
     return "\n".join([
@@ -101,7 +108,7 @@ def markdown(r: dict) -> str:
         f"| {r['exit']} | {r['wall_s']} | {r['model_calls']} | {r['server_peak_rss_mib']} | {r['stop_s']} |", "",
         f"The run: `{r['command']}`", "", f"Its closing line: `{r['closing_line']}`", "",
         f"The server's decoding steps: {r.get('server_decoding') or 'not reported'}", "",
-        f"The server's requests: {r.get('server_requests')}", "",
+        requests_line(r.get("server_requests")), "",
         "Command: `python benchmarks/serve_run.py --write`.", ""])
 
 
