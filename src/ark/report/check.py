@@ -139,7 +139,6 @@ class Freshness:
 def freshness(root: Path = ROOT) -> Freshness:
     """The report stage's freshness in the clone at ``root``, and the stale stages before it with what they and the
     stages after them write (their outputs are not what this clone would compute now)."""
-    import networkx as nx
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -148,7 +147,12 @@ def freshness(root: Path = ROOT) -> Freshness:
             status = repo.status(targets=["report"], with_deps=True)
             graph = repo.index.graph  # an edge from each stage to the stages whose outputs it reads
             stale = [s for s in graph.nodes if s.addressing in status and s.addressing != "report"]
-            after = set(stale).union(*(nx.ancestors(graph, s) for s in stale))
+            after, todo = set(stale), list(stale)
+            while todo:  # every stage that reads, directly or not, what a stale one writes
+                for later in graph.predecessors(todo.pop()):
+                    if later not in after:
+                        after.add(later)
+                        todo.append(later)
             outputs = sorted({PurePosixPath(os.path.relpath(out.fs_path, root)).as_posix()
                               for s in after if s.addressing != "report" for out in s.outs})
     except DvcException as e:
@@ -160,8 +164,7 @@ def _why_changed(entries: list | None) -> str | None:
     """The report stage's ``dvc status`` entries in a few words; None where it has none."""
     if not entries:
         return None
-    changes = list(entries)
-    deps = {path: state for c in changes if isinstance(c, dict) for path, state in c.get("changed deps", {}).items()}
+    deps = {path: state for c in entries if isinstance(c, dict) for path, state in c.get("changed deps", {}).items()}
     missing = sum(state == "deleted" for state in deps.values())
     if deps:
         return (f"{len(deps)} of its inputs differ from dvc.lock ({missing} missing here, e.g. "
