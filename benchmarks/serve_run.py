@@ -47,6 +47,15 @@ def start_server(port: int, overrides: list[str]) -> tuple[subprocess.Popen, str
     raise SystemExit("ark serve stopped before it printed a run command:\n" + "\n".join(lines[-20:]))
 
 
+def printed_run(command: str, tmp: str) -> list[str]:
+    """The printed evaluation as this Python runs it: its runs under ``tmp``, every reply computed (no response
+    cache), no W&B, no progress bar."""
+    run = shlex.split(command)
+    run[0] = sys.executable
+    return run + [f"run.root={tmp}/runs", "llm.cache=null", "logger=none", "eval.progress=false",
+                  f"hydra.run.dir={tmp}/hydra"]
+
+
 def measure(port: int, overrides: list[str]) -> dict:
     server, command, lines = start_server(port, overrides)
     peak, sampling = [rss_mib(server.pid)], True
@@ -59,10 +68,7 @@ def measure(port: int, overrides: list[str]) -> dict:
     threading.Thread(target=sample, daemon=True).start()
     try:
         with tempfile.TemporaryDirectory(prefix="ark-serve-run-") as tmp:
-            run = shlex.split(command)
-            run[0] = sys.executable
-            run += [f"run.root={tmp}/runs", "llm.cache=null", "logger=none", "eval.progress=false",
-                    f"hydra.run.dir={tmp}/hydra"]
+            run = printed_run(command, tmp)
             start = time.perf_counter()
             proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True)
             wall = time.perf_counter() - start

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/common.py, however this file is loaded
 from common import machine  # noqa: E402
 from embedded_split import Split, attached  # noqa: E402
+from serve_run import printed_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,10 +41,7 @@ def main() -> dict:
         chat, backbone = server(overrides, "127.0.0.1", args.port)
         with chat:
             command = run_command(backbone, chat.url)
-            run = shlex.split(command)
-            run[0] = sys.executable
-            run += [f"run.root={tmp}/runs", "llm.cache=null", "logger=none", "eval.progress=false",
-                    f"hydra.run.dir={tmp}/hydra"]
+            run = printed_run(command, tmp)
             start = time.perf_counter()
             proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True)
             wall = time.perf_counter() - start
