@@ -222,3 +222,23 @@ def test_the_build_runs_the_locked_ninja_whatever_comes_first_on_path(monkeypatc
     finally:
         attention_module.compiled.cache_clear()
     assert seen == [ninja.BIN_DIR] and os.environ["PATH"] == f"/usr/bin{os.pathsep}/bin"
+
+
+def test_a_run_of_tokens_with_the_kernel_gives_the_bits_of_one_step_a_token(tiny, kernel):
+    """Forced tokens as rows of one step: the kernel reads each row's earlier run positions in place and its own
+    new key from a scratch position; the bits are those of one step a token, whatever shares the step."""
+    if tiny.dtype != torch.float32:
+        pytest.skip("the kernel is float32 only")
+    kvs = [prefilled(tiny, n, seed) for seed, n in enumerate((300, 40))]
+    with torch.inference_mode():
+        one_by_one = copy(tiny, kvs[0], share=True)
+        for token in (5, 6, 7, 8):
+            want = batching.decode_rows(tiny, [one_by_one], [token], rows=6, attention=kernel)[0]
+        lone = batching.decode_rows(tiny, [copy(tiny, kvs[1], share=True)], [11], rows=6, attention=kernel)[0]
+        run = copy(tiny, kvs[0], share=True)
+        got = batching.decode_rows(tiny, [copy(tiny, kvs[1], share=True), run], [11, [5, 6, 7, 8]], rows=6,
+                                   attention=kernel)
+    assert torch.equal(got[1], want) and torch.equal(got[0], lone)
+    assert run.length == one_by_one.length == 304
+    assert all(torch.equal(x, y) for pair, other in zip(run.positions(0, 304), one_by_one.positions(0, 304))
+               for x, y in zip(pair, other))

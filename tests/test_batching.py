@@ -81,8 +81,49 @@ def test_torch_attention_refuses_shared_pieces(tiny):
 
 
 def test_more_requests_than_rows_is_refused(tiny):
-    with pytest.raises(ValueError, match="3 requests for a step of 2 rows"):
+    with pytest.raises(ValueError, match="3 tokens of 3 requests for a step of 2 rows"):
         batching.decode_rows(tiny, [prefilled(tiny, 4, s) for s in range(3)], [1, 2, 3], rows=2)
+
+
+def steps_one_by_one(model, kv, tokens, rows, attention=None) -> torch.Tensor:
+    """The logits after ``tokens`` fed to ``kv`` one decoding step each (a step of one row in ``rows``)."""
+    for token in tokens:
+        logits = batching.decode_rows(model, [kv], [token], rows, attention)
+    return logits[0]
+
+
+def same_positions(a: batching.RequestKV, b: batching.RequestKV) -> bool:
+    return a.length == b.length and all(torch.equal(x, y) for pair, other in zip(a.positions(0, a.length),
+                                                                                  b.positions(0, b.length))
+                                        for x, y in zip(pair, other))
+
+
+def test_a_run_of_tokens_in_one_step_gives_the_bits_of_one_step_a_token(tiny):
+    """A tool call's forced tokens are rows of one step: each attends over what came before it alone."""
+    kvs = [prefilled(tiny, n, seed) for seed, n in enumerate((30, 12))]
+    with torch.inference_mode():
+        one_by_one = copy(tiny, kvs[0])
+        want = steps_one_by_one(tiny, one_by_one, [5, 6, 7], rows=4)
+        lone = batching.decode_rows(tiny, [copy(tiny, kvs[1])], [11], rows=4)[0]
+        run = copy(tiny, kvs[0])
+        got = batching.decode_rows(tiny, [run, copy(tiny, kvs[1])], [[5, 6, 7], 11], rows=4)
+    assert torch.equal(got[0], want) and torch.equal(got[1], lone)
+    assert same_positions(run, one_by_one)
+
+
+def test_the_batcher_runs_a_run_longer_than_its_rows_over_several_passes(tiny):
+    kv = prefilled(tiny, 20, 3)
+    with torch.inference_mode():
+        one_by_one = copy(tiny, kv)
+        want = steps_one_by_one(tiny, one_by_one, [5, 6, 7, 8, 9], rows=2)
+        batcher = batching.StepBatcher(tiny, 2, threading.Lock())
+        run = copy(tiny, kv)
+        batcher.enter()
+        got = batcher.step(run, [5, 6, 7, 8, 9])
+        batcher.leave()
+    assert torch.equal(got, want) and same_positions(run, one_by_one)
+    assert (batcher.steps, batcher.row_steps) == (3, 5)
+    assert batcher.summary() == "5 tokens in 3 forward passes of 2 rows (mean 1.67 rows used)"
 
 
 def test_concurrent_batched_requests_get_the_replies_they_get_alone(tiny, tokenizer, toolbox, small_chunks):
@@ -98,7 +139,7 @@ def test_concurrent_batched_requests_get_the_replies_they_get_alone(tiny, tokeni
 
     model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
     alone = [reply(model, r) for r in requests]
-    assert model.batcher.steps == model.batcher.row_steps  # one row a step
+    alone_passes = model.batcher.steps
     model = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
     together = [None] * len(requests)
 
@@ -114,7 +155,7 @@ def test_concurrent_batched_requests_get_the_replies_they_get_alone(tiny, tokeni
              m.get("tool_calls") or []]} for m in alone]
     assert [{k: v for k, v in m.items() if k != "tool_calls"} | {"calls": [c["function"] for c in
             m.get("tool_calls") or []]} for m in together] == strip
-    assert model.batcher.row_steps > model.batcher.steps  # requests did share steps
+    assert model.batcher.steps < alone_passes  # requests did share steps
     assert model.batcher.decoding == 0 and not model.batcher.pending
 
 

@@ -253,7 +253,7 @@ def test_on_stopping_the_server_says_how_full_its_batched_decoding_steps_were(to
             reply = json.loads(r.read())
     steps = reply["usage"]["completion_tokens"] - 1  # the first reply token comes from the prompt's pass
     err = capfd.readouterr().err
-    assert f"ark serve: batched decoding: {steps} single-token steps in {steps} forward passes of 2 rows" in err, err
+    assert f"ark serve: batched decoding: {steps} tokens in {steps} forward passes of 2 rows" in err, err
 
 
 def test_a_reply_is_held_to_the_served_max_tokens_and_a_bad_max_tokens_is_a_400():

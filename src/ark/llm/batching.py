@@ -27,6 +27,7 @@ at a position depend only on the tokens up to it, and a kept prompt can be reuse
 """
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from typing import Callable
@@ -122,26 +123,37 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: flo
     return F.scaled_dot_product_attention(grouped, keys, values, scale=scale).reshape(1, heads, 1, dim)
 
 
-def decode_rows(model, kvs: list[RequestKV], tokens: list[int], rows: int,
+def decode_rows(model, kvs: list[RequestKV], tokens: list, rows: int,
                 attention: Callable | None = None) -> torch.Tensor:
-    """One decoding step of ``len(tokens)`` requests: token i extends ``kvs[i]`` (in place). Returns the next-token
-    logits, float32, one row per request. ``attention``: ``ark.llm.attention.compiled()`` (all rows of a layer in
-    one call, shared pieces read in place), or None (``attend``, a call per row over its own buffers: no shared
-    pieces)."""
-    n = len(tokens)
-    if not 0 < n <= rows:
-        raise ValueError(f"{n} requests for a step of {rows} rows")
+    """One decoding step of ``len(tokens)`` requests: ``tokens[i]`` (a token, or a run of tokens, each a row of its
+    own) extends ``kvs[i]`` (in place); at most ``rows`` rows in all. Returns the next-token logits after each
+    request's last token, float32, one row per request. A run's token at offset j attends over its request's
+    positions and the run's tokens before it, alone, as a step of that one token would: a run gives the bits of its
+    tokens fed one step after another (a tool call's forced tokens ride along with other requests' steps).
+    ``attention``: ``ark.llm.attention.compiled()`` (all rows of a layer in one call, shared pieces read in place),
+    or None (``attend``, a call per row over its own buffers: no shared pieces)."""
+    runs = [[t] if isinstance(t, int) else list(t) for t in tokens]
+    n = sum(map(len, runs))
+    if not runs or not all(runs) or n > rows:
+        raise ValueError(f"{n} tokens of {len(runs)} requests for a step of {rows} rows")
     if attention is None and any(kv.base for kv in kvs):
         raise ValueError("torch's attention reads a row's own buffers only: RequestKV(share=False)")
     inner = model.model
-    for kv in kvs:
-        kv.room(1)
-    ids = torch.zeros(rows, 1, dtype=torch.long)
-    ids[:n, 0] = torch.tensor(tokens)
-    positions = torch.zeros(rows, 1, dtype=torch.long)
-    positions[:n, 0] = torch.tensor([kv.length for kv in kvs])
-    counts = [len(kv.shared[0]) + 1 for kv in kvs]
+    for kv, run in zip(kvs, runs):
+        kv.room(len(run))
+    # row r is token offset[r] of request owner[r]'s run
+    owner = [i for i, run in enumerate(runs) for _ in run]
+    offset = [j for run in runs for j in range(len(run))]
     owns = [kv.own for kv in kvs]
+    ids = torch.zeros(rows, 1, dtype=torch.long)
+    ids[:n, 0] = torch.tensor([t for run in runs for t in run])
+    positions = torch.zeros(rows, 1, dtype=torch.long)
+    positions[:n, 0] = torch.tensor([kvs[i].length + j for i, j in zip(owner, offset)])
+    # the kernel writes a row's new key where it reads it last: the request's own buffer for a lone token; for a run's
+    # tokens a one-position scratch of the row's, after the run's earlier positions (written into the buffer first)
+    lone = [len(runs[i]) == 1 for i in owner]
+    counts = [len(kvs[i].shared[0]) + (1 if alone else 2) for i, alone in zip(owner, lone)]
+    lengths = [owns[i] if alone else 0 for i, alone in zip(owner, lone)]
     h = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(h, positions)
     for idx, layer in enumerate(inner.layers):
@@ -154,21 +166,39 @@ def decode_rows(model, kvs: list[RequestKV], tokens: list[int], rows: int,
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         out = torch.zeros(rows, q.shape[1], 1, attn.head_dim, dtype=q.dtype)
         if attention is not None:
-            keys = [piece for kv in kvs for piece in (*(k for k, _ in kv.shared[idx]), kv.keys[idx])]
-            values = [piece for kv in kvs for piece in (*(v for _, v in kv.shared[idx]), kv.values[idx])]
+            first = 0
+            for i, run in enumerate(runs):
+                if len(run) > 1:
+                    kvs[i].keys[idx][:, owns[i]:owns[i] + len(run)] = k[first:first + len(run), :, 0].transpose(0, 1)
+                    kvs[i].values[idx][:, owns[i]:owns[i] + len(run)] = v[first:first + len(run), :, 0].transpose(0, 1)
+                first += len(run)
+            scratch_k, scratch_v = k.new_empty(n, k.shape[1], 1, k.shape[-1]), v.new_empty(n, v.shape[1], 1, v.shape[-1])
+            keys, values = [], []
+            for r, (i, j) in enumerate(zip(owner, offset)):
+                kv = kvs[i]
+                keys += [piece for piece, _ in kv.shared[idx]]
+                values += [piece for _, piece in kv.shared[idx]]
+                if lone[r]:
+                    keys.append(kv.keys[idx]), values.append(kv.values[idx])
+                else:
+                    keys += [kv.keys[idx][:, :owns[i] + j], scratch_k[r]]
+                    values += [kv.values[idx][:, :owns[i] + j], scratch_v[r]]
             out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), k[:n, :, 0].contiguous(), v[:n, :, 0].contiguous(),
-                                      keys, values, counts, owns, attn.scaling)
+                                      keys, values, counts, lengths, attn.scaling)
         else:
-            for i, kv in enumerate(kvs):
-                kv.keys[idx][:, owns[i]] = k[i, :, 0]
-                kv.values[idx][:, owns[i]] = v[i, :, 0]
-                out[i:i + 1] = attend(q[i:i + 1], kv.keys[idx][None, :, :owns[i] + 1],
-                                      kv.values[idx][None, :, :owns[i] + 1], attn.scaling)
+            for r, (i, j) in enumerate(zip(owner, offset)):
+                kvs[i].keys[idx][:, owns[i] + j] = k[r, :, 0]
+                kvs[i].values[idx][:, owns[i] + j] = v[r, :, 0]
+            for r, (i, j) in enumerate(zip(owner, offset)):
+                end = owns[i] + j + 1
+                out[r:r + 1] = attend(q[r:r + 1], kvs[i].keys[idx][None, :, :end], kvs[i].values[idx][None, :, :end],
+                                      attn.scaling)
         h = h + attn.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-    for kv in kvs:
-        kv.own += 1
-    return model.lm_head(inner.norm(h))[:n, 0].float()
+    for kv, run in zip(kvs, runs):
+        kv.own += len(run)
+    last = torch.tensor(list(itertools.accumulate(map(len, runs)))) - 1
+    return model.lm_head(inner.norm(h))[:, 0][last].float()
 
 
 # A prefill pass's queries go to attention in blocks of this many rows (zero rows after the last): torch's CPU
@@ -252,13 +282,14 @@ def reuse_granularity(model, window: int) -> int:
 
 
 class StepBatcher:
-    """Joins the single-token decoding steps of concurrent requests into ``decode_rows`` calls.
+    """Joins the decoding steps of concurrent requests into ``decode_rows`` calls.
 
-    Each request's thread calls ``step(cache, token)`` and blocks until its row is computed. One waiting thread at
-    a time leads: it takes the model lock (shared with prefill), gives the other requests that are decoding
-    ``gather_s`` seconds to submit their steps, runs up to ``rows`` of them in one pass and hands each its logits.
-    ``decoding`` counts the requests between their prefill and their last step (``enter``/``leave``), so a lone
-    request never waits."""
+    Each request's thread calls ``step(cache, tokens)`` (a sampled token, or one followed by the tokens a grammar
+    forces) and blocks until its rows are computed. One waiting thread at a time leads: it takes the model lock
+    (shared with prefill), gives the other requests that are decoding ``gather_s`` seconds to submit their steps,
+    fills up to ``rows`` rows with them in arrival order (a run longer than the rows left goes on in the next pass)
+    and hands each finished one its logits. ``decoding`` counts the requests between their prefill and their last
+    step (``enter``/``leave``), so a lone request never waits."""
 
     def __init__(self, model, rows: int, lock: threading.Lock, gather_s: float = 0.02,
                  attention: Callable | None = None):
@@ -280,11 +311,14 @@ class StepBatcher:
 
     def summary(self) -> str:
         mean = self.row_steps / self.steps if self.steps else 0.0
-        return (f"{self.row_steps} single-token steps in {self.steps} forward passes of {self.rows} rows "
+        return (f"{self.row_steps} tokens in {self.steps} forward passes of {self.rows} rows "
                 f"(mean {mean:.2f} rows used)")
 
-    def step(self, kv: RequestKV, token: int) -> torch.Tensor:
-        job = {"cache": kv, "token": token, "logits": None, "error": None}
+    def step(self, kv: RequestKV, tokens: int | list[int]) -> torch.Tensor:
+        job = {"cache": kv, "tokens": [tokens] if isinstance(tokens, int) else list(tokens), "done": 0,
+               "logits": None, "error": None}
+        if not job["tokens"]:
+            raise ValueError("a step needs a token")
         with self.cond:
             self.pending.append(job)
             self.cond.notify_all()
@@ -300,14 +334,23 @@ class StepBatcher:
 
     def _lead(self) -> None:
         """Run one pass over the steps waiting (the leader's own among them, unless ``rows`` came before it)."""
-        batch, logits, error = [], None, None
+        batch, logits, error = [], None, None  # (job, how many of its tokens this pass)
         try:
             with self.lock:
                 with self.cond:
                     self.cond.wait_for(lambda: len(self.pending) >= min(self.decoding, self.rows), self.gather_s)
-                    batch, self.pending = self.pending[:self.rows], self.pending[self.rows:]
-                logits = decode_rows(self.model, [j["cache"] for j in batch], [j["token"] for j in batch], self.rows,
-                                     self.attention)
+                    free = self.rows
+                    for job in self.pending:
+                        take = min(free, len(job["tokens"]) - job["done"])
+                        if take == 0:
+                            break
+                        batch.append((job, take))
+                        free -= take
+                    finished = {id(job) for job, take in batch if job["done"] + take == len(job["tokens"])}
+                    self.pending = [job for job in self.pending if id(job) not in finished]
+                logits = decode_rows(self.model, [job["cache"] for job, _ in batch],
+                                     [job["tokens"][job["done"]:job["done"] + take] for job, take in batch],
+                                     self.rows, self.attention)
         except BaseException as e:
             error = e
             raise
@@ -316,7 +359,14 @@ class StepBatcher:
                 self.leading = False
                 if logits is not None:
                     self.steps += 1
-                    self.row_steps += len(batch)
-                for i, j in enumerate(batch):
-                    j["logits"], j["error"] = (logits[i], None) if logits is not None else (None, error)
+                    self.row_steps += sum(take for _, take in batch)
+                for i, (job, take) in enumerate(batch):
+                    if logits is None:
+                        job["error"] = error
+                        continue
+                    job["done"] += take
+                    if job["done"] == len(job["tokens"]):
+                        job["logits"] = logits[i]
+                # a job left part-done by a failed pass is not run again over a cache in an unknown state
+                self.pending = [job for job in self.pending if not job["error"]]
                 self.cond.notify_all()

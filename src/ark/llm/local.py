@@ -264,8 +264,8 @@ class LocalChatModel:
     max_tokens 512. With tools and ``constrained``, ``tool_choice`` "auto"/"required"/None all give
     exactly one call, ``{"type": "function", "function": {"name": X}}`` a call of X, and "none" text.
     ``decode_rows`` 1: requests run one at a time (the server is threaded; the model is not); more: concurrent
-    requests are prefilled one at a time and share their single-token decoding steps, ``decode_rows`` rows a
-    forward pass (``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
+    requests are prefilled one at a time and share their decoding steps, ``decode_rows`` rows a forward pass, a
+    token a row (a tool call's forced tokens too: ``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
     ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
     "torch": torch's own.
     ``attention`` (batched steps): "auto", in float32 ``ark.llm.attention``'s kernel, one call a layer for all rows
@@ -412,7 +412,8 @@ class LocalChatModel:
     def _stepper(self, reservation: Reservation, reply_cap: int) -> tuple[Step, Callable[[], None],
                                                                           Callable[[], None]]:
         """(step, keep, release): the first ``step`` prefills the prompt from the prefix cache's best entry, in
-        passes that end at multiples of ``PREFILL_CHUNK``; later single-token steps go to the batcher, if any;
+        passes that end at multiples of ``PREFILL_CHUNK``; later steps (a token, and the tokens a grammar forces after
+        it) go to the batcher, if any;
         ``keep()`` puts the prompt in the prefix cache; ``release()`` (always, last) tells the batcher this request
         decodes no more and lets go of the kept chunks it read in place. A Llama's keys and values are a
         ``batching.RequestKV`` (the kept chunks read in place where the batched steps' kernel reads them, their
@@ -451,8 +452,8 @@ class LocalChatModel:
             if self.kv.stopping:
                 raise HTTPError(503, "the server is stopping")
             if prompt:
-                if batcher is not None and len(ids) == 1:
-                    return batcher.step(kv, ids[0])
+                if batcher is not None:  # a sampled token and any the grammar forces after it, as rows of a step
+                    return batcher.step(kv, ids)
                 with locked:
                     return forward(ids)
             prompt.extend(ids)
