@@ -170,5 +170,10 @@ def test_decode_rows_is_part_of_the_identity_and_checked(tiny, tokenizer):
     one = LocalChatModel.from_model(tiny, tokenizer)
     four = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4)
     assert one.batcher is None and four.identity["decode_rows"] == 4 and one.identity["decode_rows"] == 1
+    # the grammar's forced tokens are rows of the batched steps: other bits than a prompt pass of them, so another
+    # identity; free decoding has none, and its identity (and the response cache's entries) stay as they were
+    free = LocalChatModel.from_model(tiny, tokenizer, decode_rows=4, constrained=False)
+    assert four.identity["forced_tokens"] == "rows of the batched steps"
+    assert "forced_tokens" not in one.identity and "forced_tokens" not in free.identity
     with pytest.raises(ValueError, match="at least 1"):
         LocalChatModel.from_model(tiny, tokenizer, decode_rows=0)

@@ -333,6 +333,8 @@ class LocalChatModel:
                          "prefill": "padded to the chunk" if self.own_prefill else "transformers"}
         if decode_rows > 1:  # which attention computed the batched steps (one request at a time: the model's own)
             self.identity["attention"] = f"compiled {attention_source()}" if kernel is not None else "torch"
+            if constrained:  # a grammar's forced tokens: rows of the steps (one request at a time: prompt passes)
+                self.identity["forced_tokens"] = "rows of the batched steps"
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
