@@ -11,9 +11,11 @@ sampling of one request can run beside another's pass, so ``rest`` is at least w
 
 - ``prefill``: a request's first forward passes, over the prompt tokens the prefix cache did not hold (and the
   grammar's forced tokens that open a call);
-- ``forced``: later passes of several tokens at once (the grammar's forced tokens, and the sampled token before them);
+- ``forced``: later passes of several tokens at once (the grammar's forced tokens, and the sampled token before them),
+  when decoding steps are not batched (``decode_rows`` 1; batched, they are rows of the shared steps);
 - ``single``: steps of one token when decoding steps are not batched (``decode_rows`` 1);
-- ``batched``: the shared decoding steps of ``ark.llm.batching`` (with the rows they used);
+- ``batched``: the shared decoding steps of ``ark.llm.batching`` (with the rows they used: a token a row, the
+  forced tokens of a call included);
 - ``grammar``: the allowed-token mask and the shortest closing of a call (``ark.llm.decoding``); ``sampling``;
 - ``prefix_cache``: finding and copying a cached prefix, and keeping a request's cache;
 - ``rest``: the wall time outside all of these (start-up, the agent, the tools, HTTP, and waiting).
@@ -127,7 +129,7 @@ def attached(split: Split):
         return found
 
     LocalChatModel._setup, LocalChatModel._stepper = timed_setup, timed_stepper
-    rows_of = lambda model, kvs, *a: len(kvs)  # noqa: E731
+    rows_of = lambda model, kvs, tokens, *a: sum(1 if isinstance(t, int) else len(t) for t in tokens)  # noqa: E731
     single, batched = (split.timed(part, batching.decode_rows, rows_of) for part in ("single", "batched"))
     # a step of one row: a request's own (no batcher: ``decode_rows`` 1); the batcher's steps have two rows or more
     batching.decode_rows = lambda model, kvs, tokens, rows, *a: (single if rows == 1 else batched)(model, kvs, tokens,
