@@ -1,6 +1,7 @@
 """Batched decoding of the embedded model (``ark.llm.batching``): a request's reply must not depend on which other
 requests shared its forward passes. A tiny random Llama with the real SmolLM2 tokenizer, float32 and bfloat16."""
 import threading
+import time
 
 import pytest
 import torch
@@ -124,6 +125,29 @@ def test_the_batcher_runs_a_run_longer_than_its_rows_over_several_passes(tiny):
     assert torch.equal(got, want) and same_positions(run, one_by_one)
     assert (batcher.steps, batcher.row_steps) == (3, 5)
     assert batcher.summary() == "5 tokens in 3 forward passes of 2 rows (mean 1.67 rows used)"
+
+
+def test_a_pass_whose_rows_are_full_does_not_wait_for_the_other_requests(tiny):
+    batcher = batching.StepBatcher(tiny, 2, threading.Lock(), gather_s=60)
+    batcher.enter(), batcher.enter()  # another request decodes, and has no step waiting
+    start = time.perf_counter()
+    with torch.inference_mode():
+        batcher.step(copy(tiny, prefilled(tiny, 9, 1)), [5, 6, 7, 8])  # two passes, each full
+    assert time.perf_counter() - start < 30 and batcher.steps == 2
+
+
+def test_a_failed_pass_leaves_no_step_of_its_leader_waiting(tiny, monkeypatch):
+    def failing(*args, **kwargs):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(batching, "decode_rows", failing)
+    batcher = batching.StepBatcher(tiny, 1, threading.Lock(), gather_s=0)
+    other = {"cache": None, "tokens": [4], "done": 0, "logits": None, "error": None}  # came first: fills the row
+    batcher.pending.append(other)
+    batcher.enter(), batcher.enter()
+    with pytest.raises(MemoryError):
+        batcher.step(copy(tiny, prefilled(tiny, 9, 1)), [5])
+    assert batcher.pending == [] and isinstance(other["error"], MemoryError) and not batcher.leading
 
 
 def test_concurrent_batched_requests_get_the_replies_they_get_alone(tiny, tokenizer, toolbox, small_chunks):

@@ -330,7 +330,12 @@ class StepBatcher:
                 if job["logits"] is not None:
                     return job["logits"]
                 self.leading = True
-            self._lead()
+            try:
+                self._lead()
+            except BaseException:  # this request ends here: its step, if still waiting, is dropped, not computed
+                with self.cond:
+                    self.pending = [j for j in self.pending if j is not job]
+                raise
 
     def _lead(self) -> None:
         """Run one pass over the steps waiting (the leader's own among them, unless ``rows`` came before it)."""
@@ -338,7 +343,9 @@ class StepBatcher:
         try:
             with self.lock:
                 with self.cond:
-                    self.cond.wait_for(lambda: len(self.pending) >= min(self.decoding, self.rows), self.gather_s)
+                    # every decoding request has a step waiting, or the steps waiting fill the rows
+                    self.cond.wait_for(lambda: len(self.pending) >= self.decoding or sum(
+                        len(j["tokens"]) - j["done"] for j in self.pending) >= self.rows, self.gather_s)
                     free = self.rows
                     for job in self.pending:
                         take = min(free, len(job["tokens"]) - job["done"])
