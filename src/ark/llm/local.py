@@ -265,7 +265,8 @@ class LocalChatModel:
     exactly one call, ``{"type": "function", "function": {"name": X}}`` a call of X, and "none" text.
     ``decode_rows`` 1: requests run one at a time (the server is threaded; the model is not); more: concurrent
     requests are prefilled one at a time and share their decoding steps, ``decode_rows`` rows a forward pass, a
-    token a row (a tool call's forced tokens too: ``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU has it natively, else float32.
+    token a row (a tool call's forced tokens too: ``ark.llm.batching``). ``dtype`` "auto": bfloat16 where the CPU
+    has it natively, else float32.
     ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
     "torch": torch's own.
     ``attention`` (batched steps): "auto", in float32 ``ark.llm.attention``'s kernel, one call a layer for all rows
