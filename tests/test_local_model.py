@@ -213,9 +213,13 @@ def test_tool_choice_forces_the_function(local, tools):
 
 def test_seeded_replies_are_deterministic(local, tools):
     req = {"messages": MESSAGES, "tools": tools, "temperature": 1.0, "top_p": 0.9, "max_tokens": 60}
-    first = [local.generate({**req, "seed": s})["choices"][0]["message"]["tool_calls"][0]["function"] for s in (1, 2)]
-    again = [local.generate({**req, "seed": s})["choices"][0]["message"]["tool_calls"][0]["function"] for s in (1, 2)]
-    assert first == again
+    first = [local.generate({**req, "seed": s})["choices"][0]["message"]["tool_calls"][0] for s in (1, 2)]
+    again = [local.generate({**req, "seed": s})["choices"][0]["message"]["tool_calls"][0] for s in (1, 2)]
+    assert first == again  # ids included: of the prompt and reply, not of how many calls came before
+    if first[0]["function"] != first[1]["function"]:
+        assert first[0]["id"] != first[1]["id"]
+    other = local.generate({**req, "seed": 1, "messages": MESSAGES + [{"role": "user", "content": "And again?"}]})
+    assert other["choices"][0]["message"]["tool_calls"][0]["id"] != first[0]["id"]  # another prompt, another id
     greedy = [local.generate({**req, "temperature": 0, "seed": s})["choices"][0]["message"]["tool_calls"]
               for s in (1, 2)]
     assert greedy[0][0]["function"] == greedy[1][0]["function"]
@@ -303,7 +307,7 @@ def test_lora_adapter_loads_and_changes_logits(tiny, tokenizer, tmp_path):
     assert merged.identity == {"gguf_sha256": None, "adapter_sha256": fingerprint(None, tmp_path)["adapter_sha256"],
                                "dtype": "float32", "constrained": True, "prefill_chunk": PREFILL_CHUNK,
                                "threads": torch.get_num_threads(), "decode_rows": 1, "linear": "torch",
-                               "prefill": "padded to the chunk"}
+                               "prefill": "padded to the chunk", "tool_call_ids": "of the prompt and reply"}
     # oneDNN's reordered weights: the same model to the last bits' noise; an unmerged adapter keeps torch's layers
     packed = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, linear="onednn")
     kept = LocalChatModel.from_model(copy.deepcopy(tiny), tokenizer, adapter=tmp_path, merge_adapter=False,

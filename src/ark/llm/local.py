@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import collections
 import contextlib
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -251,6 +252,12 @@ def release_free_memory() -> None:
         pass
 
 
+def tool_call_id(prompt: list[int], reply: list[int]) -> str:
+    """A tool call's id, a function of the prompt's and the reply's tokens: a request gets the same id however
+    many others run beside it and whichever finishes first, so a rerun's records are the same bytes."""
+    return "call_" + hashlib.sha256(json.dumps([prompt, reply]).encode()).hexdigest()[:24]
+
+
 def kv_bytes_per_token(model) -> int:
     """The bytes of keys and values one position takes in ``model``'s cache (all layers)."""
     layers, kv_heads, head_dim = batching.kv_shape(model)
@@ -336,6 +343,8 @@ class LocalChatModel:
             self.identity["attention"] = f"compiled {attention_source()}" if kernel is not None else "torch"
             if constrained:  # a grammar's forced tokens: rows of the steps (one request at a time: prompt passes)
                 self.identity["forced_tokens"] = "rows of the batched steps"
+        if constrained:  # a reply's tool call id: once a counter in the order replies finished, now of the reply
+            self.identity["tool_call_ids"] = "of the prompt and reply"
         self.grammar = ToolCallGrammar(tokenizer) if constrained else None
         self.context_window = getattr(model.config, "max_position_embeddings", None) or 8192
         known = tokenizer.get_vocab()
@@ -359,7 +368,6 @@ class LocalChatModel:
         self.prefix_cache = (PrefixCache(lambda: self.kv.tokens - self.kv.reserved, any_position)
                              if prefix_cache else None)
         self._lock = threading.Lock()
-        self._calls = 0
         # decode_rows > 1: the lock is held per forward pass, not per request
         self.batcher = (batching.StepBatcher(self.model, decode_rows, self._lock, attention=kernel)
                         if decode_rows > 1 else None)
@@ -562,10 +570,9 @@ class LocalChatModel:
                 release()  # decoded: the batcher's other requests need not wait for this one
                 keep()
                 call = json.loads(self.tokenizer.decode(out, clean_up_tokenization_spaces=False))
-                self._calls += 1
                 arguments = json.dumps(call["arguments"], ensure_ascii=False)
                 message = {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": f"call_{self._calls}", "type": "function",
+                    "id": tool_call_id(prompt_ids, out), "type": "function",
                     "function": {"name": call["name"], "arguments": arguments}}]}
                 return chat_completion(model_name, message, "tool_calls", len(prompt_ids), len(out))
             out, finish = decode_text(step, prompt_ids, max_tokens, sampling, self.stop_ids)
