@@ -4,12 +4,12 @@ A decoding step of ``decode_rows`` rows (``ark.llm.batching.decode_rows``) atten
 cache: one ``scaled_dot_product_attention`` call per row and layer (240 a step for 8 rows of SmolLM2-135M). The
 alternatives measured here: the rows' caches in one pool, padded to a common length (a multiple of ``--block``
 positions) and masked, all rows of a layer in one torch call; and the project's own kernel (``ark.llm.attention``,
-float32), one call a layer over each row's own length, and the same kernel with the rows' first ``--shared``
-positions one piece that every row reads in place (a kept system prompt). For each form: the attention time of
-one whole step (every layer, each layer's cache its own memory, so nothing stays in the CPU's caches from one layer
-to the next), the same with torch's threads set to one, the key/value bytes it reads and the rate that makes; and
-whether a row's result in the pooled call depends on the other rows (the same row alone, beside 2 rows of the same
-padded length, and in the full batch padded further), which ``decode_rows`` must not allow::
+built for the keys' dtype), one call a layer over each row's own length, and the same kernel with the rows' first
+``--shared`` positions one piece that every row reads in place (a kept system prompt). For each form: the attention
+time of one whole step (every layer, each layer's cache its own memory, so nothing stays in the CPU's caches from
+one layer to the next), the same with torch's threads set to one, the key/value bytes it reads and the rate that
+makes; and whether a row's result in the pooled call depends on the other rows (the same row alone, beside 2 rows of
+the same padded length, and in the full batch padded further), which ``decode_rows`` must not allow::
 
     python benchmarks/batched_attention.py [--lengths 1500 1620 ...] [--out benchmarks/results/<file>.txt]
 """
@@ -77,8 +77,8 @@ def main() -> None:
         for keys, values in pools:
             F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
 
-    kernel = compiled()
-    q_rows = q[:, :, 0].contiguous()
+    kernel = compiled(dtype)  # keys and values of the dtype, the query and result float32
+    q_rows = q[:, :, 0].float().contiguous()
     new = [torch.randn(rows, kv_heads, dim, dtype=dtype) for _ in range(2)]
     buffers = [([keys[i] for i in range(rows)], [values[i] for i in range(rows)]) for keys, values in pools]
     before = [n - 1 for n in lengths]  # the kernel writes the new position itself: the step ends at each length
@@ -111,7 +111,7 @@ def main() -> None:
     threads = torch.get_num_threads()
     with torch.inference_mode():
         forms = [("one call per row", per_row), ("one pooled call", pooled)]
-        if kernel is not None and dtype == torch.float32:
+        if kernel is not None:
             forms += [("ark.llm.attention's kernel", own_kernel), (sharing, shared_kernel)]
         for name, fn in forms:
             ms = best_ms(fn, args.repeats)

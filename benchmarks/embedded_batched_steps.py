@@ -88,7 +88,7 @@ def kernel(dtype: str, linear: str, profile: bool, attention: str) -> None:
     if linear == "onednn":  # the product's default (backbone.local.linear)
         linear = pack_linears(model, 8)
     print(f"linear products: {linear}")
-    attend = compiled() if attention == "compiled" else None
+    attend = compiled(model.dtype) if attention == "compiled" else None
     if attention == "compiled" and attend is None:
         raise SystemExit("the attention kernel could not be built (the warning above says why)")
     print(f"attention of a batched step: {attention}")

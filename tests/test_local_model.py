@@ -394,7 +394,8 @@ def test_smollm2_through_chat_server_and_litellm(tools, tmp_path):
                                                  "adapter_sha256": None, "dtype": "bfloat16", "constrained": True,
                                                  "prefill_chunk": PREFILL_CHUNK, "threads": torch.get_num_threads(),
                                                  "decode_rows": 1, "linear": model.identity["linear"],
-                                                 "prefill": "padded to the chunk"}
+                                                 "prefill": "padded to the chunk",
+                                                 "tool_call_ids": "of the prompt and reply"}
     assert model.identity["linear"] == ("onednn" if weights.cpu_has_bf16() else "torch")  # no bf16 oneDNN without
     del cached
     with ChatServer(model.generate, model_name="smollm2") as server:

@@ -14,8 +14,9 @@ It is C++ compiled for the CPU at hand (``-march=native``) on first use with tor
 compiler and ninja), and kept under ``~/.cache/ark/kernels`` (one build per source, torch version and CPU). Where
 it cannot be built, ``compiled()`` says why in one warning and returns None, and a float32 model with batched steps
 refuses to start (its replies differ from torch's per-row attention in the last bits, and a run's identity assumes
-the kernel: ``LocalChatModel.identity["attention"]``). float32 only (the dtype of CPUs without native bfloat16);
-bfloat16 keeps torch's attention.
+the kernel: ``LocalChatModel.identity["attention"]``). Built for keys and values in float32 (the dtype of CPUs
+without native bfloat16) or bfloat16 (read and converted to float32 as they are read: the scores, the softmax and the
+sums are float32 in both), one build each.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import logging
 import os
 import platform
 import shutil
+import string
 import sys
 import time
 from pathlib import Path
@@ -32,7 +34,7 @@ from typing import Callable
 
 import torch
 
-SOURCE = r"""
+TEMPLATE = string.Template(r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
@@ -63,7 +65,7 @@ static inline float exp_nonpositive(float x) {
 }
 
 // q . k over dim: eight partial sums (lanes the compiler keeps in vector registers), added in a fixed order
-static inline float dot(const float* a, const float* b, int64_t dim) {
+static inline float dot(const float* a, const $kv* b, int64_t dim) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t d = 0;
   for (; d + 8 <= dim; d += 8)
@@ -95,15 +97,15 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
   TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads must be a multiple of key/value heads");
   for (const auto* t : {&k_new, &v_new})
     TORCH_CHECK(t->dim() == 3 && t->is_contiguous() && t->size(0) == rows && t->size(1) == kv_heads
-                && t->size(2) == dim && t->scalar_type() == torch::kFloat && t->device().is_cpu(),
+                && t->size(2) == dim && t->scalar_type() == $kv_scalar && t->device().is_cpu(),
                 "new keys, values: [rows, kv_heads, dim]");
   std::vector<int64_t> total(rows, 0);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = first[r]; i < first[r + 1]; ++i) {
       for (const auto* t : {&keys[i], &values[i]})
         TORCH_CHECK(t->dim() == 3 && t->size(0) == kv_heads && t->size(2) == dim && t->stride(2) == 1
-                    && t->scalar_type() == torch::kFloat && t->device().is_cpu(),
-                    "a cache: [kv_heads, capacity, dim] float32");
+                    && t->scalar_type() == $kv_scalar && t->device().is_cpu(),
+                    "a cache: [kv_heads, capacity, dim] $kv_name");
       TORCH_CHECK(keys[i].size(1) == values[i].size(1), "keys and values of a piece differ in length");
       total[r] += i + 1 < first[r + 1] ? keys[i].size(1) : lengths[r] + 1;
     }
@@ -115,13 +117,13 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
   const float* Q = q.data_ptr<float>();
   float* O = out.data_ptr<float>();
   const float s = (float)scale;
-  const float* KN = k_new.data_ptr<float>();
-  const float* VN = v_new.data_ptr<float>();
+  const $kv* KN = k_new.data_ptr<$kv>();
+  const $kv* VN = v_new.data_ptr<$kv>();
   const size_t pieces = keys.size();
-  std::vector<float*> kp(pieces), vp(pieces);
+  std::vector<$kv*> kp(pieces), vp(pieces);
   std::vector<int64_t> k0(pieces), k1(pieces), v0(pieces), v1(pieces), len(pieces);
   for (size_t i = 0; i < pieces; ++i) {
-    kp[i] = keys[i].data_ptr<float>(), vp[i] = values[i].data_ptr<float>();
+    kp[i] = keys[i].data_ptr<$kv>(), vp[i] = values[i].data_ptr<$kv>();
     k0[i] = keys[i].stride(0), k1[i] = keys[i].stride(1), v0[i] = values[i].stride(0), v1[i] = values[i].stride(1);
     len[i] = keys[i].size(1);
   }
@@ -138,7 +140,7 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
       scores.resize(group * n);
       int64_t p = 0;
       for (int64_t i = first[r]; i <= own; ++i) {
-        const float* K = kp[i] + h * k0[i];
+        const $kv* K = kp[i] + h * k0[i];
         for (int64_t j = 0; j < len[i]; ++j, ++p)
           for (int64_t g = 0; g < group; ++g) scores[g * n + p] = dot(q0 + g * dim, K + j * k1[i], dim) * s;
       }
@@ -153,9 +155,9 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
       std::fill(acc.begin(), acc.end(), 0.f);
       p = 0;
       for (int64_t i = first[r]; i <= own; ++i) {
-        const float* V = vp[i] + h * v0[i];
+        const $kv* V = vp[i] + h * v0[i];
         for (int64_t j = 0; j < len[i]; ++j, ++p) {
-          const float* v = V + j * v1[i];
+          const $kv* v = V + j * v1[i];
           for (int64_t g = 0; g < group; ++g) {
             const float w = scores[g * n + p];
             float* a = acc.data() + g * dim;
@@ -172,7 +174,18 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_new, torch::Tens
   });
   return out;
 }
-"""
+""")
+
+# what the keys and values are stored as ($kv in the template); scores, softmax and sums are float32 in both
+KV_TYPES = {torch.float32: {"kv": "float", "kv_scalar": "torch::kFloat", "kv_name": "float32"},
+            torch.bfloat16: {"kv": "at::BFloat16", "kv_scalar": "torch::kBFloat16", "kv_name": "bfloat16"}}
+
+
+def source(dtype: torch.dtype = torch.float32) -> str:
+    """The kernel's C++ for keys and values of ``dtype`` (a float32 query and output in both)."""
+    if dtype not in KV_TYPES:
+        raise ValueError(f"the attention kernel is built for float32 or bfloat16 keys and values, not {dtype}")
+    return TEMPLATE.substitute(KV_TYPES[dtype])
 
 # -fopenmp: without it ATen's parallel_for compiles to a serial loop; with it, it runs on torch's OpenMP threads (the
 # library torch loaded, of the same name)
@@ -182,11 +195,11 @@ FLAGS = ["-O3", "-march=native", "-fopenmp"]
 STALE_LOCK_S = 600
 
 
-def build_key() -> str:
+def build_key(dtype: torch.dtype = torch.float32) -> str:
     """What a build depends on: the source and flags, torch's version and the CPU it is compiled for."""
     from ark.machine import cpu_flags, cpu_name
 
-    text = "\n".join([SOURCE, " ".join(FLAGS), torch.__version__, platform.machine(), cpu_name(),
+    text = "\n".join([source(dtype), " ".join(FLAGS), torch.__version__, platform.machine(), cpu_name(),
                       " ".join(sorted(cpu_flags()))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -198,9 +211,9 @@ def build_error(e: Exception) -> str:
     return next((line for line in lines if "error:" in line.lower()), lines[0])[:300]
 
 
-def source_digest() -> str:
+def source_digest(dtype: torch.dtype = torch.float32) -> str:
     """The kernel's version in a model's identity: replies change with its source."""
-    return hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+    return hashlib.sha256(source(dtype).encode()).hexdigest()[:12]
 
 
 def kernel_dir() -> Path:
@@ -208,12 +221,13 @@ def kernel_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def compiled() -> Callable | None:
-    """``decode_attention(q, k_new, v_new, keys, values, counts, lengths, scale)`` built for this CPU, or None with one
-    warning where it cannot be built. The build is kept; later processes load it (torch's builder still runs ninja to
-    see that it is current, so ninja is needed then too)."""
+def compiled(dtype: torch.dtype = torch.float32) -> Callable | None:
+    """``decode_attention(q, k_new, v_new, keys, values, counts, lengths, scale)`` for keys and values of ``dtype``
+    (the query and the result float32), built for this CPU, or None with one warning where it cannot be built. The
+    build is kept; later processes load it (torch's builder still runs ninja to see that it is current, so ninja is
+    needed then too)."""
     log = logging.getLogger(__name__)
-    key = build_key()
+    key = build_key(dtype)
     where = kernel_dir() / key
     path, programs = list(sys.path), os.environ.get("PATH")  # torch's builder imports setuptools, which appends its
     try:  # vendored packages to sys.path: a process's importlib.metadata would then see their old versions too
@@ -231,7 +245,7 @@ def compiled() -> Callable | None:
             lock.unlink(missing_ok=True)
         if not any(where.glob("*.so")):
             log.info("compiling the decoding step's attention kernel for this CPU (once, about a minute): %s", where)
-        module = load_inline(f"ark_decode_attention_{key}", SOURCE, functions=["decode_attention"],
+        module = load_inline(f"ark_decode_attention_{key}", source(dtype), functions=["decode_attention"],
                              extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(where))
     except Exception as e:  # no compiler, no ninja, a failed build
         log.warning("the decoding attention kernel could not be built: %s", build_error(e))

@@ -183,8 +183,8 @@ def decode_rows(model, kvs: list[RequestKV], tokens: list, rows: int,
                 else:
                     keys += [kv.keys[idx][:, :owns[i] + j], scratch_k[r]]
                     values += [kv.values[idx][:, :owns[i] + j], scratch_v[r]]
-            out[:n, :, 0] = attention(q[:n, :, 0].contiguous(), k[:n, :, 0].contiguous(), v[:n, :, 0].contiguous(),
-                                      keys, values, counts, lengths, attn.scaling)
+            out[:n, :, 0] = attention(q[:n, :, 0].float().contiguous(), k[:n, :, 0].contiguous(),
+                                      v[:n, :, 0].contiguous(), keys, values, counts, lengths, attn.scaling)
         else:
             for r, (i, j) in enumerate(zip(owner, offset)):
                 kvs[i].keys[idx][:, owns[i] + j] = k[r, :, 0]

@@ -276,9 +276,10 @@ class LocalChatModel:
     has it natively, else float32.
     ``linear`` "onednn": every linear layer's weight reordered once for oneDNN's products (``weights.pack_linears``);
     "torch": torch's own.
-    ``attention`` (batched steps): "auto", in float32 ``ark.llm.attention``'s kernel, one call a layer for all rows
-    (an error where it cannot be built: a float32 run's replies are those of the kernel), in bfloat16 torch's;
-    "compiled", the kernel or an error; "torch", one torch call per row (tests and benchmarks compare the two).
+    ``attention`` (batched steps): "auto", ``ark.llm.attention``'s kernel, one call a layer for all rows, reading
+    kept prompts in place (where it cannot be built: in float32 an error, a float32 run's replies being those of the
+    kernel; in bfloat16 torch's, each request then copying its kept prompt); "compiled", the kernel or an error;
+    "torch", one torch call per row (tests and benchmarks compare the two).
     ``prefix_cache``: keep the key/values of recent prompts and prefill only what a prompt adds to them (False:
     prefill every prompt whole). ``kv_memory_mb``: the key/values of the requests being computed (each reserves
     its prompt plus its reply cap; more wait their turn) and of the kept prompts (what the requests leave) together
@@ -340,7 +341,8 @@ class LocalChatModel:
                          "decode_rows": decode_rows, "linear": linear,
                          "prefill": "padded to the chunk" if self.own_prefill else "transformers"}
         if decode_rows > 1:  # which attention computed the batched steps (one request at a time: the model's own)
-            self.identity["attention"] = f"compiled {attention_source()}" if kernel is not None else "torch"
+            self.identity["attention"] = (f"compiled {attention_source(model.dtype)}" if kernel is not None
+                                          else "torch")
             if constrained:  # a grammar's forced tokens: rows of the steps (one request at a time: prompt passes)
                 self.identity["forced_tokens"] = "rows of the batched steps"
         if constrained:  # a reply's tool call id: once a counter in the order replies finished, now of the reply
@@ -378,11 +380,14 @@ class LocalChatModel:
             raise ValueError(f"attention must be auto, compiled or torch, not {choice!r}")
         if decode_rows == 1 or choice == "torch":
             return None
-        if self.model.dtype != torch.float32:
+        if self.model.dtype not in (torch.float32, torch.bfloat16):
             if choice == "compiled":
-                raise ValueError(f"attention compiled: the kernel is float32 only, the model is {self.model.dtype}")
+                raise ValueError(f"attention compiled: the kernel is float32 or bfloat16, the model is "
+                                 f"{self.model.dtype}")
             return None
-        kernel = attention_kernel()
+        kernel = attention_kernel(self.model.dtype)
+        if kernel is None and self.model.dtype == torch.bfloat16 and choice == "auto":
+            return None  # torch's attention, as bfloat16 had before its kernel (the identity says which)
         if kernel is None:  # the replies of a float32 batched run are the kernel's: no silent change of model
             raise UserError("the batched decoding step's attention kernel could not be built (the warning above says "
                             "why); it needs a C++ compiler (g++ or clang) and ninja (in the lock): install them, or "
