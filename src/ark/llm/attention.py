@@ -14,7 +14,8 @@ It is C++ compiled for the CPU at hand (``-march=native``) on first use with tor
 compiler and ninja), and kept under ``~/.cache/ark/kernels`` (one build per source, torch version and CPU). Where
 it cannot be built, ``compiled()`` says why in one warning and returns None, and a float32 model with batched steps
 refuses to start (its replies differ from torch's per-row attention in the last bits, and a run's identity assumes
-the kernel: ``LocalChatModel.identity["attention"]``). Built for keys and values in float32 (the dtype of CPUs
+the kernel: ``LocalChatModel.identity["attention"]``); a bfloat16 one decodes with torch's attention, and its
+identity says so. Built for keys and values in float32 (the dtype of CPUs
 without native bfloat16) or bfloat16 (read and converted to float32 as they are read: the scores, the softmax and the
 sums are float32 in both), one build each.
 """
@@ -223,9 +224,9 @@ def kernel_dir() -> Path:
 @functools.lru_cache(maxsize=None)
 def compiled(dtype: torch.dtype = torch.float32) -> Callable | None:
     """``decode_attention(q, k_new, v_new, keys, values, counts, lengths, scale)`` for keys and values of ``dtype``
-    (the query and the result float32), built for this CPU, or None with one warning where it cannot be built. The
-    build is kept; later processes load it (torch's builder still runs ninja to see that it is current, so ninja is
-    needed then too)."""
+    (the query and the result float32; ``ValueError`` for another dtype), built for this CPU, or None with one
+    warning where it cannot be built. The build is kept; later processes load it (torch's builder still runs ninja to
+    see that it is current, so ninja is needed then too)."""
     log = logging.getLogger(__name__)
     key = build_key(dtype)
     where = kernel_dir() / key

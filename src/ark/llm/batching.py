@@ -9,7 +9,8 @@ result independent of the others:
 - the linear layers always run on ``rows`` rows (the free ones zero): a matrix product's row does not depend on
   the other rows' values, but in float32 it does depend on their number (the BLAS picks its kernel by shape);
 - attention runs per row over that row's own key/value cache (no padding to another row's length): one torch call
-  per row and layer, or, in float32, ``ark.llm.attention``'s kernel, one call a layer that computes each row alone;
+  per row and layer, or ``ark.llm.attention``'s kernel (float32 or bfloat16), one call a layer that computes each row
+  alone;
 - normalisation, rotary embedding and activations work row by row.
 
 So a reply depends on ``rows`` (part of the model's identity), never on the company it kept.
@@ -130,7 +131,8 @@ def decode_rows(model, kvs: list[RequestKV], tokens: list, rows: int,
     request's last token, float32, one row per request. A run's token at offset j attends over its request's
     positions and the run's tokens before it, alone, as a step of that one token would: a run gives the bits of its
     tokens fed one step after another (a tool call's forced tokens ride along with other requests' steps).
-    ``attention``: ``ark.llm.attention.compiled()`` (all rows of a layer in one call, shared pieces read in place),
+    ``attention``: ``ark.llm.attention.compiled(model.dtype)`` (all rows of a layer in one call, shared pieces read in
+    place),
     or None (``attend``, a call per row over its own buffers: no shared pieces)."""
     runs = [[t] if isinstance(t, int) else list(t) for t in tokens]
     n = sum(map(len, runs))
