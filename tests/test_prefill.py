@@ -59,14 +59,16 @@ def test_the_passes_compute_what_the_models_forward_pass_computes():
         torch.testing.assert_close(values, theirs.values[0], atol=1e-5, rtol=1e-5)
 
 
-def test_shared_pieces_are_read_in_place_and_never_written():
-    model, ids = tiny(), prompt(70)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16 requests share since its kernel
+def test_shared_pieces_are_read_in_place_and_never_written(dtype):
+    model, ids = tiny(dtype), prompt(70)
     whole, logits = prefilled(model, ids)
     kept = whole.positions(0, 40)
     before = [(k.clone(), v.clone()) for k, v in kept]
     shared = [[(k[:, :25], v[:, :25]), (k[:, 25:], v[:, 25:])] for k, v in kept]  # two pieces a layer
     kv, again = prefilled(model, ids, 40, batching.RequestKV(model, shared, room=30))
-    torch.testing.assert_close(again, logits, atol=1e-5, rtol=1e-5)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2  # passes of other lengths: other last bits in bfloat16
+    torch.testing.assert_close(again, logits, atol=tolerance, rtol=tolerance)
     assert kv.base == 40 and kv.own == 30 and kv.keys[0].shape[1] == 30  # its own buffers: what it reserved
     assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(kept, before))
     copied = batching.RequestKV(model, shared, room=30, share=False)
