@@ -15,9 +15,9 @@ compiler and ninja), and kept under ``~/.cache/ark/kernels`` (one build per sour
 it cannot be built, ``compiled()`` says why in one warning and returns None, and a float32 model with batched steps
 refuses to start (its replies differ from torch's per-row attention in the last bits, and a run's identity assumes
 the kernel: ``LocalChatModel.identity["attention"]``); a bfloat16 one decodes with torch's attention, and its
-identity says so. Built for keys and values in float32 (the dtype of CPUs
-without native bfloat16) or bfloat16 (read and converted to float32 as they are read: the scores, the softmax and the
-sums are float32 in both), one build each.
+identity says so. Built for keys and values in float32 (the dtype of CPUs without native bfloat16) or bfloat16 (read
+and converted to float32 as they are read: the scores, the softmax and the sums are float32 in both), one build
+each.
 """
 from __future__ import annotations
 

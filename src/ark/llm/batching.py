@@ -132,8 +132,7 @@ def decode_rows(model, kvs: list[RequestKV], tokens: list, rows: int,
     positions and the run's tokens before it, alone, as a step of that one token would: a run gives the bits of its
     tokens fed one step after another (a tool call's forced tokens ride along with other requests' steps).
     ``attention``: ``ark.llm.attention.compiled(model.dtype)`` (all rows of a layer in one call, shared pieces read in
-    place),
-    or None (``attend``, a call per row over its own buffers: no shared pieces)."""
+    place), or None (``attend``, a call per row over its own buffers: no shared pieces)."""
     runs = [[t] if isinstance(t, int) else list(t) for t in tokens]
     n = sum(map(len, runs))
     if not runs or not all(runs) or n > rows:
