@@ -36,6 +36,7 @@ from transformers import DynamicCache
 
 from ark.errors import UserError
 from ark.llm import batching
+from ark.llm.attention import KV_TYPES as KERNEL_DTYPES
 from ark.llm.attention import compiled as attention_kernel
 from ark.llm.attention import source_digest as attention_source
 from ark.llm.decoding import Sampling, ToolCallGrammar, decode_text, decode_tool_call
@@ -380,7 +381,7 @@ class LocalChatModel:
             raise ValueError(f"attention must be auto, compiled or torch, not {choice!r}")
         if decode_rows == 1 or choice == "torch":
             return None
-        if self.model.dtype not in (torch.float32, torch.bfloat16):
+        if self.model.dtype not in KERNEL_DTYPES:
             if choice == "compiled":
                 raise ValueError(f"attention compiled: the kernel is float32 or bfloat16, the model is "
                                  f"{self.model.dtype}")
